@@ -1,0 +1,140 @@
+"""The table of APIs this client speaks: key, versions, flexibility, message classes.
+
+Version ranges are the intersection of what Apache Kafka 4.x brokers accept and what this
+client declares. The broker's own range comes from ApiVersions on each connection, and
+:func:`negotiate_version` picks the highest version both sides speak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiokprod.errors import UnsupportedVersionError
+from aiokprod.protocol.messages.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from aiokprod.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from aiokprod.protocol.messages.coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from aiokprod.protocol.messages.init_producer_id import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from aiokprod.protocol.messages.produce import ProduceRequest, ProduceResponse
+from aiokprod.protocol.messages.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from aiokprod.protocol.messages.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+)
+from aiokprod.protocol.schema import Struct
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """One Kafka API as this client speaks it."""
+
+    key: int
+    name: str
+    request: type[Struct]
+    response: type[Struct]
+    min_version: int
+    max_version: int
+    #: First flexible (KIP-482) version; None if no supported version is flexible.
+    flexible_from: int | None
+
+    def is_flexible(self, version: int) -> bool:
+        """Whether ``version`` uses compact types and tagged fields."""
+        return self.flexible_from is not None and version >= self.flexible_from
+
+    def request_header_version(self, version: int) -> int:
+        """Request header v2 for flexible versions, else v1."""
+        return 2 if self.is_flexible(version) else 1
+
+    def response_header_version(self, version: int) -> int:
+        """Response header v1 for flexible versions, else v0; ApiVersions always v0."""
+        if self.key == API_VERSIONS.key:
+            return 0
+        return 1 if self.is_flexible(version) else 0
+
+
+PRODUCE = ApiSpec(0, "Produce", ProduceRequest, ProduceResponse, 3, 12, 9)
+METADATA = ApiSpec(3, "Metadata", MetadataRequest, MetadataResponse, 4, 13, 9)
+FIND_COORDINATOR = ApiSpec(
+    10, "FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3
+)
+SASL_HANDSHAKE = ApiSpec(
+    17, "SaslHandshake", SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None
+)
+API_VERSIONS = ApiSpec(18, "ApiVersions", ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3)
+CREATE_TOPICS = ApiSpec(19, "CreateTopics", CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5)
+DELETE_TOPICS = ApiSpec(20, "DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, 4)
+INIT_PRODUCER_ID = ApiSpec(
+    22, "InitProducerId", InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2
+)
+ADD_PARTITIONS_TO_TXN = ApiSpec(
+    24, "AddPartitionsToTxn", AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, 3
+)
+ADD_OFFSETS_TO_TXN = ApiSpec(
+    25, "AddOffsetsToTxn", AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4, 3
+)
+END_TXN = ApiSpec(26, "EndTxn", EndTxnRequest, EndTxnResponse, 0, 5, 3)
+SASL_AUTHENTICATE = ApiSpec(
+    36, "SaslAuthenticate", SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2
+)
+
+ALL_APIS: tuple[ApiSpec, ...] = (
+    PRODUCE,
+    METADATA,
+    FIND_COORDINATOR,
+    SASL_HANDSHAKE,
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    INIT_PRODUCER_ID,
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    SASL_AUTHENTICATE,
+)
+BY_KEY: dict[int, ApiSpec] = {api.key: api for api in ALL_APIS}
+BY_REQUEST: dict[type[Struct], ApiSpec] = {api.request: api for api in ALL_APIS}
+
+
+def api_for_request(request: Struct) -> ApiSpec:
+    """The API a request object belongs to.
+
+    Raises:
+        TypeError: ``request`` is not a declared request message.
+    """
+    try:
+        return BY_REQUEST[type(request)]
+    except KeyError:
+        raise TypeError(f"{type(request).__name__} is not a known request message") from None
+
+
+def negotiate_version(api: ApiSpec, broker_min: int, broker_max: int) -> int:
+    """The highest version of ``api`` that both this client and the broker speak.
+
+    Raises:
+        UnsupportedVersionError: the ranges do not overlap.
+    """
+    high = min(api.max_version, broker_max)
+    low = max(api.min_version, broker_min)
+    if high < low:
+        raise UnsupportedVersionError(
+            f"{api.name}: this client speaks v{api.min_version}-v{api.max_version}, "
+            f"the broker v{broker_min}-v{broker_max}"
+        )
+    return high

@@ -1,0 +1,328 @@
+"""The client side of one Kafka connection, as a state machine with no I/O.
+
+:class:`ClientConnection` turns request objects into framed bytes (``send``) and received
+bytes into decoded responses (``receive_data``), keeps the correlation ids, and remembers the
+broker's API versions so each request goes out at the highest version both sides speak. The
+network layer only moves bytes; everything that can be wrong about those bytes is decided
+here, and raises :class:`~aiokprod.errors.ProtocolError`. After a ProtocolError the
+connection is unusable (``broken`` is set) and must be closed.
+
+Kafka answers the requests of one connection in the order it received them, so responses are
+matched against a FIFO of pending requests and their correlation ids are checked, as the Java
+client does. A Produce with acks=0 gets no response and is not queued.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from aiokprod.errors import ProtocolError, UnsupportedVersionError, error_for_code
+from aiokprod.protocol.api import API_VERSIONS, BY_KEY, ApiSpec, api_for_request, negotiate_version
+from aiokprod.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from aiokprod.protocol.primitives import INT32, Reader, write_string
+from aiokprod.protocol.schema import Struct, decode_struct, encode_struct
+
+#: Java keeps the top of the int32 range for SASL-phase requests; ordinary ids stay below.
+MAX_CORRELATION_ID = 2**31 - 1 - 8
+#: Largest response frame accepted (the broker's own request limit is 100 MiB).
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024 + 1024
+UNSUPPORTED_VERSION_CODE = 35
+
+# What ApiVersions v3+ allows in the client software name and version.
+_SOFTWARE_TEXT = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A request written to the connection and not yet answered."""
+
+    correlation_id: int
+    api: ApiSpec
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A decoded response and the request it answers."""
+
+    correlation_id: int
+    api: ApiSpec
+    version: int
+    body: Struct
+
+
+def encode_request_frame(
+    api: ApiSpec, version: int, correlation_id: int, client_id: str | None, body: Struct
+) -> bytearray:
+    """A size-prefixed request: int32 size, request header v1 or v2, body.
+
+    Raises:
+        UnsupportedVersionError: ``version`` is outside what this client declares for ``api``.
+        ValueError: a field of ``body`` does not fit its wire type.
+    """
+    if not api.min_version <= version <= api.max_version:
+        raise UnsupportedVersionError(
+            f"{api.name} v{version} is outside v{api.min_version}-v{api.max_version}"
+        )
+    flexible = api.is_flexible(version)
+    out = bytearray(4)
+    out += api.key.to_bytes(2, "big", signed=True)
+    out += version.to_bytes(2, "big", signed=True)
+    out += INT32.pack(correlation_id)
+    # client_id stays a classic int16-length string even in header v2.
+    write_string(out, client_id, compact=False, nullable=True)
+    if flexible:
+        out.append(0)  # empty tagged-field buffer
+    encode_struct(body, version, flexible, out)
+    INT32.pack_into(out, 0, len(out) - 4)
+    return out
+
+
+def decode_response_body(api: ApiSpec, version: int, frame: bytes | memoryview) -> Struct:
+    """Decode a response frame (without its size prefix, with its header) at ``version``.
+
+    Raises:
+        ProtocolError: the bytes are not a valid response of that API and version.
+    """
+    reader = Reader(frame, f"{api.name} response v{version}")
+    reader.skip(4)  # correlation id, checked by the caller
+    if api.response_header_version(version) >= 1:
+        _skip_tagged_fields(reader)
+    body = decode_struct(api.response, reader, version, api.is_flexible(version))
+    reader.expect_end()
+    return body
+
+
+def _skip_tagged_fields(reader: Reader) -> None:
+    count = reader.read_unsigned_varint()
+    for _ in range(count):
+        reader.read_unsigned_varint()
+        reader.skip(reader.read_unsigned_varint())
+
+
+def decode_api_versions_response(version: int, frame: bytes | memoryview) -> ApiVersionsResponse:
+    """Decode an ApiVersions response, falling back to the v0 layout.
+
+    A broker that does not speak the version we sent answers in the v0 layout with
+    UNSUPPORTED_VERSION; so does anything that fails to parse at the sent version.
+
+    Raises:
+        ProtocolError: the bytes parse at neither version.
+    """
+    try:
+        body = decode_response_body(API_VERSIONS, version, frame)
+        if isinstance(body, ApiVersionsResponse) and body.error_code != UNSUPPORTED_VERSION_CODE:
+            return body
+    except ProtocolError:
+        if version == 0:
+            raise
+    body = decode_response_body(API_VERSIONS, 0, frame)
+    if not isinstance(body, ApiVersionsResponse):  # pragma: no cover - table invariant
+        raise ProtocolError("ApiVersions decoded to the wrong type")
+    return body
+
+
+class ClientConnection:
+    """Request/response bookkeeping for one broker connection (no I/O).
+
+    Args:
+        client_id: sent in every request header (brokers log it and use it for quotas).
+        max_frame_bytes: the largest response frame accepted.
+    """
+
+    def __init__(
+        self, client_id: str | None = None, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    ) -> None:
+        self.client_id = client_id
+        self.max_frame_bytes = max_frame_bytes
+        self.broken = False
+        self._next_correlation_id = 0
+        self._pending: deque[PendingRequest] = deque()
+        self._buffer = bytearray()
+        #: api key -> (broker min, broker max), set once ApiVersions succeeded.
+        self.broker_versions: dict[int, tuple[int, int]] | None = None
+        self._negotiated: dict[int, int] = {}
+
+    # --- versions ---------------------------------------------------------------------------
+
+    def set_broker_versions(self, response: ApiVersionsResponse) -> None:
+        """Record the broker's API ranges from a successful ApiVersions response.
+
+        Raises:
+            BrokerError: the response carries an error.
+        """
+        if response.error_code:
+            raise error_for_code(response.error_code, "ApiVersions failed")
+        self.broker_versions = {
+            r.api_key: (r.min_version, r.max_version) for r in response.api_keys
+        }
+        self._negotiated.clear()
+
+    def version_for(self, api: ApiSpec) -> int:
+        """The version to send ``api`` at on this connection.
+
+        Raises:
+            UnsupportedVersionError: the broker does not speak any version we do, or the
+                broker's versions are not known yet.
+        """
+        version = self._negotiated.get(api.key)
+        if version is not None:
+            return version
+        if self.broker_versions is None:
+            if api.key == API_VERSIONS.key:
+                return API_VERSIONS.max_version
+            raise UnsupportedVersionError(f"{api.name}: broker versions not known yet")
+        broker = self.broker_versions.get(api.key)
+        if broker is None:
+            raise UnsupportedVersionError(f"the broker does not support {api.name}")
+        version = negotiate_version(api, broker[0], broker[1])
+        self._negotiated[api.key] = version
+        return version
+
+    def supports(self, api: ApiSpec) -> bool:
+        """Whether the broker speaks some version of ``api`` that we do."""
+        try:
+            self.version_for(api)
+        except UnsupportedVersionError:
+            return False
+        return True
+
+    # --- sending ----------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests written and not yet answered."""
+        return len(self._pending)
+
+    def send(
+        self, request: Struct, *, version: int | None = None, expect_response: bool = True
+    ) -> tuple[int, bytearray]:
+        """Frame ``request``; returns its correlation id and the bytes to write.
+
+        Args:
+            request: a declared request message.
+            version: force a version (ApiVersions negotiation); default: the negotiated one.
+            expect_response: False only for Produce with acks=0, which gets no answer.
+
+        Raises:
+            ProtocolError: the connection is broken.
+            UnsupportedVersionError: no common version.
+        """
+        if self.broken:
+            raise ProtocolError("connection is broken by an earlier protocol error")
+        api = api_for_request(request)
+        if version is None:
+            version = self.version_for(api)
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (
+            0 if correlation_id >= MAX_CORRELATION_ID else correlation_id + 1
+        )
+        frame = encode_request_frame(api, version, correlation_id, self.client_id, request)
+        if expect_response:
+            self._pending.append(PendingRequest(correlation_id, api, version))
+        return correlation_id, frame
+
+    def api_versions_request(
+        self, software_name: str, software_version: str, version: int | None = None
+    ) -> tuple[int, bytearray]:
+        """Frame an ApiVersions request (the first request on every connection).
+
+        Names that ApiVersions v3+ would reject are reduced to the allowed characters.
+        """
+        request = ApiVersionsRequest(
+            client_software_name=_software_text(software_name),
+            client_software_version=_software_text(software_version),
+        )
+        return self.send(request, version=API_VERSIONS.max_version if version is None else version)
+
+    # --- receiving --------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Response]:
+        """Feed received bytes; returns every response they complete, in order.
+
+        Raises:
+            ProtocolError: a frame is malformed, too large, unexpected, or answers a
+                different correlation id than the oldest pending request.
+        """
+        if self.broken:
+            raise ProtocolError("connection is broken by an earlier protocol error")
+        buffer = self._buffer
+        buffer += data
+        responses: list[Response] = []
+        start = 0
+        end = len(buffer)
+        try:
+            while end - start >= 4:
+                size = int(INT32.unpack_from(buffer, start)[0])
+                if size < 4 or size > self.max_frame_bytes:
+                    raise ProtocolError(
+                        f"response frame size {size} outside 4..{self.max_frame_bytes}"
+                    )
+                if end - start - 4 < size:
+                    break
+                frame = memoryview(buffer)[start + 4 : start + 4 + size]
+                try:
+                    responses.append(self._handle_frame(frame))
+                finally:
+                    frame.release()
+                start += 4 + size
+        except ProtocolError:
+            self.broken = True
+            raise
+        if start:
+            del buffer[:start]
+        return responses
+
+    def _handle_frame(self, frame: memoryview) -> Response:
+        correlation_id = int(INT32.unpack_from(frame, 0)[0])
+        if not self._pending:
+            raise ProtocolError(f"response with correlation id {correlation_id} to no request")
+        pending = self._pending.popleft()
+        if correlation_id != pending.correlation_id:
+            raise ProtocolError(
+                f"response correlation id {correlation_id} does not match the oldest "
+                f"request's {pending.correlation_id} ({pending.api.name})"
+            )
+        if pending.api.key == API_VERSIONS.key:
+            body: Struct = decode_api_versions_response(pending.version, frame)
+        else:
+            body = decode_response_body(pending.api, pending.version, frame)
+        return Response(correlation_id, pending.api, pending.version, body)
+
+    def fail_pending(self) -> list[PendingRequest]:
+        """Forget every pending request (the connection closed); returns them."""
+        pending = list(self._pending)
+        self._pending.clear()
+        self._buffer.clear()
+        return pending
+
+
+def api_versions_retry_version(response: ApiVersionsResponse, sent_version: int) -> int | None:
+    """After an ApiVersions error: the version to retry with, or None if retrying cannot help.
+
+    A broker that does not know ``sent_version`` answers UNSUPPORTED_VERSION and lists its
+    own ApiVersions range; retry at the top of that range (v0 when it lists nothing).
+    """
+    if response.error_code != UNSUPPORTED_VERSION_CODE or sent_version == 0:
+        return None
+    for entry in response.api_keys:
+        if entry.api_key == API_VERSIONS.key:
+            retry = min(entry.max_version, API_VERSIONS.max_version)
+            return retry if retry < sent_version else None
+    return 0
+
+
+def _software_text(text: str) -> str:
+    cleaned = re.sub(r"[^a-zA-Z0-9\-.]", "-", text).strip("-.")
+    return cleaned if _SOFTWARE_TEXT.fullmatch(cleaned) else "unknown"
+
+
+def api_by_key(key: int) -> ApiSpec:
+    """The declared API with this key.
+
+    Raises:
+        KeyError: this client does not declare it.
+    """
+    return BY_KEY[key]

@@ -1,0 +1,1 @@
+"""Declared Kafka messages, one module per API or group of APIs; see ``protocol.api``."""

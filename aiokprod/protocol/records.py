@@ -1,0 +1,448 @@
+"""Record batches, magic v2: the builder the producer appends to, and a reader.
+
+Layout of a batch (all integers big-endian)::
+
+    offset  size  field
+         0     8  base offset            (0 from a producer; the broker assigns)
+         8     4  length                 (bytes after this field)
+        12     4  partition leader epoch (-1 from a producer)
+        16     1  magic                  (2)
+        17     4  CRC-32C                (of bytes 21 .. end)
+        21     2  attributes             (bits 0-2 codec, 3 timestamp type, 4 transactional)
+        23     4  last offset delta      (record count - 1)
+        27     8  base timestamp         (the first record's)
+        35     8  max timestamp
+        43     8  producer id            (-1 unless idempotent)
+        51     2  producer epoch
+        53     4  base sequence
+        57     4  record count
+        61     .  records                (compressed as one stream when a codec is set)
+
+and of one record: varint length, int8 attributes (0), varlong timestamp delta, varint
+offset delta, varint key length + key (-1: null), varint value length + value (-1: null),
+varint header count, then per header varint key length + UTF-8 key, varint value length +
+value (-1: null).
+
+The builder encodes each record straight into one growing ``bytearray`` and always knows its
+size, so the accumulator can tell when a batch is full. Closing it yields a
+:class:`ClosedBatch`: the final bytes with the header written. The producer fields (id, epoch,
+base sequence) are stamped when a batch is sent, and again if an epoch bump renumbers it, so
+stamping rewrites them and the CRC in place.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from aiokprod.errors import CorruptRecordBatchError, ProtocolError
+from aiokprod.protocol.primitives import (
+    VARINT_CACHE_SIZE,
+    Reader,
+    encode_varint,
+    encode_varlong,
+    varint_cache,
+)
+
+MAGIC = 2
+BATCH_HEADER_SIZE = 61
+#: Upper bound of a record's framing bytes besides key, value and headers (Java's constant).
+MAX_RECORD_OVERHEAD = 21
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_CRC_START = 21
+_ATTRIBUTES_OFFSET = 21
+_PRODUCER_OFFSET = 43
+
+_VARINT = varint_cache()
+_NULL = encode_varint(-1)
+_NO_HEADERS = _VARINT[0]
+_ZERO_BYTE = b"\x00"
+
+Header = tuple[str, bytes | None]
+Compressor = Callable[[bytes | bytearray | memoryview], bytes]
+Decompressor = Callable[[bytes | memoryview], bytes]
+
+
+def _varint(n: int) -> bytes:
+    return _VARINT[n] if 0 <= n < VARINT_CACHE_SIZE else encode_varint(n)
+
+
+def encode_headers(headers: Sequence[Header]) -> bytes:
+    """The header-count varint followed by every header, as one record carries them."""
+    parts = [_varint(len(headers))]
+    for hkey, hvalue in headers:
+        kb = hkey.encode("utf-8")
+        parts.append(_varint(len(kb)))
+        parts.append(kb)
+        if hvalue is None:
+            parts.append(_NULL)
+        else:
+            parts.append(_varint(len(hvalue)))
+            parts.append(hvalue)
+    return b"".join(parts)
+
+
+def record_size_upper_bound(key_size: int, value_size: int, headers_size: int) -> int:
+    """The most bytes a record with these parts can take (before compression)."""
+    return MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
+
+
+class RecordBatchBuilder:
+    """Builds one v2 record batch, record by record.
+
+    Args:
+        compression: the codec id written in the attributes (0: none).
+        compressor: compresses the records section at close; required when compression != 0.
+        transactional: sets the transactional attribute bit.
+    """
+
+    __slots__ = (
+        "_buf",
+        "_compression",
+        "_compressor",
+        "_transactional",
+        "base_timestamp",
+        "max_timestamp",
+        "record_count",
+    )
+
+    def __init__(
+        self,
+        *,
+        compression: int = 0,
+        compressor: Compressor | None = None,
+        transactional: bool = False,
+    ) -> None:
+        if compression and compressor is None:
+            raise ValueError("a compressed batch needs a compressor")
+        self._buf = bytearray(BATCH_HEADER_SIZE)
+        self._compression = compression
+        self._compressor = compressor
+        self._transactional = transactional
+        self.record_count = 0
+        self.base_timestamp = -1
+        self.max_timestamp = -1
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Header plus records appended so far (uncompressed)."""
+        return len(self._buf)
+
+    def try_append(
+        self,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None = None,
+        size_limit: int = 2**31 - 1,
+    ) -> int:
+        """Append one record unless it would push a non-empty batch past ``size_limit``.
+
+        Args:
+            timestamp_ms: the record's create time.
+            key: the serialized key, or None.
+            value: the serialized value, or None (a tombstone).
+            headers: the output of :func:`encode_headers`, or None for no headers.
+            size_limit: the batch's byte budget; the first record is always accepted so a
+                record larger than the budget gets a batch of its own.
+
+        Returns:
+            The record's offset delta (its index in the batch), or -1 if it did not fit.
+        """
+        count = self.record_count
+        ts_delta = timestamp_ms - self.base_timestamp if count else 0
+        tsd = _VARINT[ts_delta] if 0 <= ts_delta < VARINT_CACHE_SIZE else encode_varlong(ts_delta)
+        od = _VARINT[count] if count < VARINT_CACHE_SIZE else encode_varint(count)
+        if key is None:
+            kl = _NULL
+            key = b""
+        else:
+            n = len(key)
+            kl = _VARINT[n] if n < VARINT_CACHE_SIZE else encode_varint(n)
+        if value is None:
+            vl = _NULL
+            value = b""
+        else:
+            n = len(value)
+            vl = _VARINT[n] if n < VARINT_CACHE_SIZE else encode_varint(n)
+        if headers is None:
+            headers = _NO_HEADERS
+        body = len(tsd) + len(od) + len(kl) + len(key) + len(vl) + len(value) + len(headers) + 1
+        prefix = _VARINT[body] if body < VARINT_CACHE_SIZE else encode_varint(body)
+        buf = self._buf
+        if count and len(buf) + len(prefix) + body > size_limit:
+            return -1
+        buf += b"".join((prefix, _ZERO_BYTE, tsd, od, kl, key, vl, value, headers))
+        if count:
+            if timestamp_ms > self.max_timestamp:
+                self.max_timestamp = timestamp_ms
+        else:
+            self.base_timestamp = timestamp_ms
+            self.max_timestamp = timestamp_ms
+        self.record_count = count + 1
+        return count
+
+    def close(self) -> ClosedBatch:
+        """Finish the batch: compress the records section and write the header.
+
+        Raises:
+            ValueError: the batch has no records (Kafka rejects empty batches).
+        """
+        count = self.record_count
+        if not count:
+            raise ValueError("cannot close an empty record batch")
+        buf = self._buf
+        if self._compression:
+            compressor = self._compressor
+            if compressor is None:  # pragma: no cover - checked in __init__
+                raise ValueError("a compressed batch needs a compressor")
+            compressed = compressor(memoryview(buf)[BATCH_HEADER_SIZE:])
+            out = bytearray(BATCH_HEADER_SIZE)
+            out += compressed
+        else:
+            out = buf
+        attributes = self._compression | (TRANSACTIONAL_FLAG if self._transactional else 0)
+        _HEADER.pack_into(
+            out,
+            0,
+            0,  # base offset
+            len(out) - 12,
+            -1,  # partition leader epoch
+            MAGIC,
+            0,  # CRC, computed by stamp()
+            attributes,
+            count - 1,
+            self.base_timestamp,
+            self.max_timestamp,
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            count,
+        )
+        batch = ClosedBatch(out, count, len(buf))
+        batch.stamp(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+        return batch
+
+
+class ClosedBatch:
+    """A finished record batch: wire bytes whose producer fields can be re-stamped.
+
+    Attributes:
+        data: the whole batch as sent in a Produce request.
+        record_count: records in the batch.
+        uncompressed_size: the size before compression (equal to ``len(data)`` without it).
+    """
+
+    __slots__ = ("data", "record_count", "uncompressed_size")
+
+    def __init__(self, data: bytearray, record_count: int, uncompressed_size: int) -> None:
+        self.data = data
+        self.record_count = record_count
+        self.uncompressed_size = uncompressed_size
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes on the wire."""
+        return len(self.data)
+
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Write the idempotence fields and recompute the CRC-32C."""
+        data = self.data
+        _PRODUCER_FIELDS.pack_into(
+            data, _PRODUCER_OFFSET, producer_id, producer_epoch, base_sequence
+        )
+        _UINT32.pack_into(data, 17, crc32c(memoryview(data)[_CRC_START:]))
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read back from a batch."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """A decoded v2 record batch."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: tuple[Record, ...]
+
+    @property
+    def compression(self) -> int:
+        """The codec id from the attributes."""
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the transactional attribute bit is set."""
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        """Whether this is a broker-written control batch (transaction markers)."""
+        return bool(self.attributes & CONTROL_FLAG)
+
+
+def read_record_batches(
+    data: bytes | bytearray | memoryview,
+    decompressors: Mapping[int, Decompressor] | None = None,
+) -> Iterator[RecordBatch]:
+    """Decode every v2 batch in a records blob (as found in a Produce request or a log).
+
+    Raises:
+        ProtocolError: truncated or malformed input; CorruptRecordBatchError for a wrong CRC.
+    """
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < BATCH_HEADER_SIZE:
+            raise ProtocolError(f"record batch header truncated at byte {pos}")
+        length = int(struct.unpack_from(">i", view, pos + 8)[0])
+        if length < BATCH_HEADER_SIZE - 12 or pos + 12 + length > len(view):
+            raise ProtocolError(f"record batch length {length} at byte {pos} is impossible")
+        yield read_record_batch(view[pos : pos + 12 + length], decompressors)
+        pos += 12 + length
+
+
+def read_record_batch(
+    data: bytes | bytearray | memoryview,
+    decompressors: Mapping[int, Decompressor] | None = None,
+) -> RecordBatch:
+    """Decode exactly one v2 record batch, checking its CRC and record framing.
+
+    Raises:
+        ProtocolError: truncated or malformed input; CorruptRecordBatchError for a wrong CRC.
+    """
+    view = memoryview(data)
+    if len(view) < BATCH_HEADER_SIZE:
+        raise ProtocolError(f"record batch of {len(view)} bytes is shorter than its header")
+    (
+        base_offset,
+        length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise ProtocolError(f"record batch magic {magic}, only magic 2 is supported")
+    if length != len(view) - 12:
+        raise ProtocolError(f"record batch length field {length} != {len(view) - 12}")
+    actual_crc = crc32c(view[_CRC_START:])
+    if actual_crc != crc:
+        raise CorruptRecordBatchError(
+            f"record batch CRC-32C is {actual_crc:#010x}, header says {crc:#010x}"
+        )
+    if count < 0 or (count and last_offset_delta != count - 1):
+        raise ProtocolError(f"record count {count} and last offset delta {last_offset_delta}")
+    codec = attributes & COMPRESSION_MASK
+    body: bytes | memoryview = view[BATCH_HEADER_SIZE:]
+    if codec:
+        decompress = (decompressors or {}).get(codec)
+        if decompress is None:
+            raise ProtocolError(f"record batch uses compression codec {codec}, no decoder given")
+        try:
+            body = decompress(body)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # codec libraries raise their own types
+            raise ProtocolError(f"record batch does not decompress (codec {codec}): {exc}") from exc
+    reader = Reader(body, "record")
+    if count > reader.remaining // 7:  # a record takes at least 7 bytes
+        raise ProtocolError(f"record count {count} cannot fit in {reader.remaining} bytes")
+    records = tuple(_read_record(reader, base_offset, base_ts) for _ in range(count))
+    reader.expect_end()
+    return RecordBatch(
+        base_offset,
+        leader_epoch,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records,
+    )
+
+
+def _read_record(reader: Reader, base_offset: int, base_ts: int) -> Record:
+    length = reader.read_varint()
+    if length < 6 or length > reader.remaining:
+        raise reader.fail(f"record length {length} with {reader.remaining} bytes left")
+    start = reader.position
+    reader.read_int8()  # attributes, unused
+    ts_delta = reader.read_varlong()
+    offset_delta = reader.read_varint()
+    key = _read_varbytes(reader)
+    value = _read_varbytes(reader)
+    header_count = reader.read_varint()
+    if header_count < 0 or header_count > reader.remaining // 2:
+        raise reader.fail(f"header count {header_count}")
+    headers = []
+    for _ in range(header_count):
+        hkey = _read_varbytes(reader)
+        if hkey is None:
+            raise reader.fail("null header key")
+        try:
+            hkey_text = hkey.decode("utf-8")
+        except UnicodeDecodeError:
+            raise reader.fail("header key is not UTF-8") from None
+        headers.append((hkey_text, _read_varbytes(reader)))
+    if reader.position - start != length:
+        raise reader.fail(f"record length {length} != {reader.position - start} bytes read")
+    return Record(base_offset + offset_delta, base_ts + ts_delta, key, value, tuple(headers))
+
+
+def _read_varbytes(reader: Reader) -> bytes | None:
+    n = reader.read_varint()
+    if n < 0:
+        if n != -1:
+            raise reader.fail(f"negative length {n}")
+        return None
+    return reader.read_raw(n)
+
+
+def batch_attributes(data: bytes | bytearray | memoryview) -> int:
+    """The attributes field of a batch's header (compression, flags)."""
+    return int(_INT16.unpack_from(data, _ATTRIBUTES_OFFSET)[0])
