@@ -1,3 +1,54 @@
-"""aiokprod: an asyncio-native Apache Kafka producer, written from the wire protocol up."""
+"""aiokprod: an asyncio-native Apache Kafka producer, written from the wire protocol up.
+
+::
+
+    from aiokprod import Producer
+
+    async with Producer("127.0.0.1:9092") as producer:
+        delivery = await producer.send("events", b"hello", key=b"user-1")
+        print(await delivery)
+"""
 
 __version__ = "0.1.0"
+
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import (
+    BrokerError,
+    BufferExhaustedError,
+    ConfigError,
+    DeliveryTimeoutError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    MetadataTimeoutError,
+    ProducerClosedError,
+    ProducerCrashedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from aiokprod.internals.batch import DeliveryFuture
+from aiokprod.producer import Producer
+from aiokprod.types import ProducerInterceptor, ProducerRecord, RecordMetadata, TopicPartition
+
+__all__ = [
+    "BrokerError",
+    "BufferExhaustedError",
+    "ConfigError",
+    "DeliveryFuture",
+    "DeliveryTimeoutError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "MetadataTimeoutError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "ProducerCrashedError",
+    "ProducerInterceptor",
+    "ProducerRecord",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "SerializationError",
+    "TopicPartition",
+    "__version__",
+]

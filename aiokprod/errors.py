@@ -84,6 +84,10 @@ class BufferFullError(KafkaError):
     """``send_nowait()`` found no room in ``buffer_memory``; nothing was enqueued."""
 
 
+class InvalidArgumentError(KafkaError, ValueError):
+    """An argument to ``send()`` (partition, timestamp, headers) has a wrong type or value."""
+
+
 class SerializationError(KafkaError, TypeError):
     """A key, value or header could not be turned into bytes."""
 

@@ -1,0 +1,382 @@
+"""RecordAccumulator: per-partition queues of batches, and the ready/drain/expire decisions.
+
+This is the Java client's RecordAccumulator re-thought for one event loop. Appending never
+awaits, so it needs no lock: on one loop nothing else runs in the middle of an append. The
+only path that waits is reserving ``buffer_memory`` for a new batch, and that wait happens
+in the producer before it calls :meth:`RecordAccumulator.append_new_batch`.
+
+Everything here is synchronous and takes the time as an argument; the sender calls
+:meth:`ready`, :meth:`drain` and :meth:`expire` on each pass and sleeps for the delay
+``ready`` returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokprod.errors import DeliveryTimeoutError, KafkaError
+from aiokprod.internals.batch import ProducerBatch
+from aiokprod.internals.budget import ByteBudget
+from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, Compressor, RecordBatchBuilder
+from aiokprod.types import TopicPartition
+
+#: A batch may be sent once it is older than this (linger), or, after a failure, once its
+#: retry backoff has passed.
+FOREVER_MS = 2**62
+
+DrainFilter = Callable[[ProducerBatch], bool]
+
+
+@dataclass(slots=True)
+class ReadyResult:
+    """What :meth:`RecordAccumulator.ready` found."""
+
+    ready_nodes: set[int] = field(default_factory=set)
+    #: Milliseconds until some not-yet-ready partition may become ready.
+    next_ready_check_delay_ms: int = FOREVER_MS
+    #: Topics with queued batches for a partition whose leader is unknown.
+    unknown_leader_topics: set[str] = field(default_factory=set)
+
+
+class RecordAccumulator:
+    """Queues of open and closed batches per partition, bounded by a :class:`ByteBudget`.
+
+    Args:
+        batch_size: close a batch when the next record would exceed this many bytes.
+        linger_ms: how long a batch may wait for more records before it is sendable.
+        delivery_timeout_ms: a batch still queued this long after creation is expired.
+        budget: the ``buffer_memory`` accounting.
+        compression: codec id for new batches.
+        compressor: compresses a batch's records at close (when ``compression`` != 0).
+        keep_handles: keep per-record handles on batches (interceptors need them).
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        delivery_timeout_ms: int,
+        budget: ByteBudget,
+        compression: int = 0,
+        compressor: Compressor | None = None,
+        keep_handles: bool = False,
+    ) -> None:
+        self.batch_size = max(batch_size, 1)
+        self.linger_ms = linger_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.budget = budget
+        self._compression = compression
+        self._compressor = compressor
+        self._keep_handles = keep_handles
+        #: Only partitions with at least one queued batch have an entry.
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        #: Every batch not yet completed, queued or in flight (for flush and abort).
+        self._incomplete: set[ProducerBatch] = set()
+        self._drain_start: dict[int, int] = {}
+        self._flushes_in_progress = 0
+        self._closing = False
+        #: Partitions whose leader must not get another request while one is in flight.
+        self.muted: set[TopicPartition] = set()
+
+    # --- appending --------------------------------------------------------------------------
+
+    def try_append(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None,
+    ) -> tuple[ProducerBatch, int] | None:
+        """Append to the partition's open batch; None if a new batch is needed.
+
+        Returns:
+            The batch and the record's index in it, or None when the partition has no open
+            batch or the record does not fit (the open batch is then marked full).
+        """
+        dq = self._queues.get(tp)
+        if dq:
+            last = dq[-1]
+            builder = last.builder
+            if builder is not None and not last.is_full:
+                index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
+                if index >= 0:
+                    if builder.size_in_bytes >= self.batch_size:
+                        last.is_full = True
+                    return last, index
+                last.is_full = True
+        return None
+
+    def new_batch_size(self, key: bytes | None, value: bytes | None, headers: bytes | None) -> int:
+        """Bytes to reserve for a new batch that starts with this record."""
+        record = (len(key) if key else 0) + (len(value) if value else 0)
+        record += len(headers) if headers else 1
+        return max(self.batch_size, BATCH_HEADER_SIZE + record + 21)
+
+    def append_new_batch(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None,
+        now_ms: int,
+        reserved_bytes: int,
+    ) -> tuple[ProducerBatch, int]:
+        """Start a batch for ``tp`` with ``reserved_bytes`` of the budget, and append to it.
+
+        The caller reserved the bytes; they are returned to the budget when the batch
+        completes (or here at once if another append created a batch in the meantime).
+        """
+        appended = self.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is not None:
+            self.budget.release(reserved_bytes)
+            return appended
+        builder = RecordBatchBuilder(compression=self._compression, compressor=self._compressor)
+        batch = ProducerBatch(tp, builder, now_ms, reserved_bytes, self._keep_handles)
+        index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
+        if builder.size_in_bytes >= self.batch_size:
+            batch.is_full = True
+        dq = self._queues.get(tp)
+        if dq is None:
+            dq = self._queues[tp] = deque()
+        dq.append(batch)
+        self._incomplete.add(batch)
+        return batch, index
+
+    def expedite(self, tp: TopicPartition) -> None:
+        """Let the partition's newest batch go without waiting out ``linger_ms``."""
+        dq = self._queues.get(tp)
+        if dq:
+            dq[-1].expedite = True
+
+    def last_batch_full(self, tp: TopicPartition) -> bool:
+        """Whether the partition's newest batch is full (or it has none)."""
+        dq = self._queues.get(tp)
+        return not dq or dq[-1].is_full
+
+    # --- sending decisions ------------------------------------------------------------------
+
+    def ready(self, cluster: ClusterSnapshot, now_ms: int) -> ReadyResult:
+        """Which leaders have a sendable partition, and when to look again.
+
+        A partition is sendable when its first batch is full (or more are queued), has
+        lingered ``linger_ms``, the buffer has waiters, or a flush/close is in progress; and
+        it is not backing off after a failure, nor muted.
+        """
+        result = ReadyResult()
+        ready_nodes = result.ready_nodes
+        exhausted = self.budget.has_waiters
+        drain_all = exhausted or self._flushes_in_progress > 0 or self._closing
+        linger = self.linger_ms
+        next_delay = FOREVER_MS
+        for tp, dq in self._queues.items():
+            leader = cluster.leader_for(tp)
+            if leader == NO_LEADER:
+                result.unknown_leader_topics.add(tp.topic)
+                continue
+            if leader in ready_nodes or tp in self.muted:
+                continue
+            first = dq[0]
+            if first.attempts:
+                wait_left = first.retry_at_ms - now_ms
+                if wait_left > 0:
+                    next_delay = min(next_delay, wait_left)
+                    continue
+                ready_nodes.add(leader)
+                continue
+            if drain_all or first.is_full or first.expedite or len(dq) > 1:
+                ready_nodes.add(leader)
+                continue
+            wait_left = first.created_ms + linger - now_ms
+            if wait_left <= 0:
+                ready_nodes.add(leader)
+            else:
+                next_delay = min(next_delay, wait_left)
+        result.next_ready_check_delay_ms = next_delay
+        return result
+
+    def drain(
+        self,
+        cluster: ClusterSnapshot,
+        nodes: set[int],
+        max_request_bytes: int,
+        now_ms: int,
+        can_drain: DrainFilter | None = None,
+    ) -> dict[int, list[ProducerBatch]]:
+        """Take up to ``max_request_bytes`` of batches per node, one batch per partition.
+
+        The start partition rotates per node so that no partition starves when requests
+        fill up. ``can_drain`` lets idempotence hold back batches that must wait (no
+        producer id yet, or an earlier sequence still in flight).
+        """
+        drained: dict[int, list[ProducerBatch]] = {}
+        for node in nodes:
+            batches = self._drain_node(cluster, node, max_request_bytes, now_ms, can_drain)
+            if batches:
+                drained[node] = batches
+        return drained
+
+    def _drain_node(
+        self,
+        cluster: ClusterSnapshot,
+        node: int,
+        max_request_bytes: int,
+        now_ms: int,
+        can_drain: DrainFilter | None,
+    ) -> list[ProducerBatch]:
+        partitions = cluster.by_leader.get(node, ())
+        if not partitions:
+            return []
+        count = len(partitions)
+        start = self._drain_start.get(node, 0) % count
+        ready: list[ProducerBatch] = []
+        size = 0
+        for i in range(count):
+            tp = partitions[(start + i) % count]
+            dq = self._queues.get(tp)
+            if not dq or tp in self.muted:
+                continue
+            first = dq[0]
+            if first.attempts and first.retry_at_ms > now_ms:
+                continue
+            if can_drain is not None and not can_drain(first):
+                continue
+            closed = first.close()
+            if ready and size + closed.size_in_bytes > max_request_bytes:
+                # Resume from this partition next time so it is not skipped twice.
+                self._drain_start[node] = (start + i) % count
+                return ready
+            dq.popleft()
+            if not dq:
+                del self._queues[tp]
+            first.drained_ms = now_ms
+            size += closed.size_in_bytes
+            ready.append(first)
+        self._drain_start[node] = (start + 1) % count
+        return ready
+
+    def expire(self, now_ms: int) -> list[ProducerBatch]:
+        """Remove and return queued batches older than ``delivery_timeout_ms``.
+
+        Batches in flight are not touched here: their request is still out, and whether it
+        was written is unknown until its response or request timeout.
+        """
+        limit = self.delivery_timeout_ms
+        expired: list[ProducerBatch] = []
+        empty: list[TopicPartition] = []
+        for tp, dq in self._queues.items():
+            while dq and now_ms - dq[0].created_ms >= limit:
+                expired.append(dq.popleft())
+            if not dq:
+                empty.append(tp)
+        for tp in empty:
+            del self._queues[tp]
+        return expired
+
+    def next_expiry_delay_ms(self, now_ms: int) -> int:
+        """Milliseconds until the oldest queued batch reaches its delivery timeout."""
+        oldest = min((dq[0].created_ms for dq in self._queues.values()), default=None)
+        if oldest is None:
+            return FOREVER_MS
+        return max(0, oldest + self.delivery_timeout_ms - now_ms)
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int) -> None:
+        """Put a failed batch back at the front of its queue, to retry after ``backoff_ms``.
+
+        With idempotence several batches of a partition can come back; they are kept in
+        sequence order so the broker sees them in order again.
+        """
+        batch.attempts += 1
+        batch.retry_at_ms = now_ms + backoff_ms
+        batch.in_flight = False
+        dq = self._queues.get(batch.tp)
+        if dq is None:
+            dq = self._queues[batch.tp] = deque()
+        if batch.has_sequence:
+            index = 0
+            for index, queued in enumerate(dq):  # noqa: B007 - index is used after the loop
+                if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
+                    break
+            else:
+                index = len(dq)
+            dq.insert(index, batch)
+        else:
+            dq.appendleft(batch)
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        """A batch completed: forget it and return its bytes to the budget."""
+        if batch in self._incomplete:
+            self._incomplete.discard(batch)
+            self.budget.release(batch.reserved_bytes)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def begin_flush(self) -> None:
+        """Make every queued batch sendable now (until :meth:`end_flush`)."""
+        self._flushes_in_progress += 1
+
+    def end_flush(self) -> None:
+        """Undo one :meth:`begin_flush`."""
+        self._flushes_in_progress = max(0, self._flushes_in_progress - 1)
+
+    def begin_close(self) -> None:
+        """From now on every queued batch is sendable at once."""
+        self._closing = True
+
+    @property
+    def flush_in_progress(self) -> bool:
+        """Whether a flush is making batches sendable."""
+        return self._flushes_in_progress > 0
+
+    def incomplete_batches(self) -> list[ProducerBatch]:
+        """Every batch not yet completed (queued or in flight)."""
+        return list(self._incomplete)
+
+    def has_incomplete(self) -> bool:
+        """Whether any batch is queued or in flight."""
+        return bool(self._incomplete)
+
+    def has_undrained(self) -> bool:
+        """Whether any batch is still queued."""
+        return bool(self._queues)
+
+    def queued_batches(self) -> int:
+        """How many batches are queued (not in flight)."""
+        return sum(len(dq) for dq in self._queues.values())
+
+    def queued(self, tp: TopicPartition) -> list[ProducerBatch]:
+        """The partition's queued batches, oldest first."""
+        dq = self._queues.get(tp)
+        return list(dq) if dq else []
+
+    def queued_partitions(self) -> list[TopicPartition]:
+        """Partitions with queued batches."""
+        return list(self._queues)
+
+    def abort_undrained(self, error: KafkaError) -> list[ProducerBatch]:
+        """Fail every queued batch with ``error`` and return them (force close)."""
+        aborted: list[ProducerBatch] = []
+        for dq in self._queues.values():
+            aborted.extend(dq)
+        self._queues.clear()
+        for batch in aborted:
+            batch.fail(error, aborted=True)
+            self.deallocate(batch)
+        return aborted
+
+    def fail_expired(self, batches: list[ProducerBatch], now_ms: int) -> None:
+        """Fail batches returned by :meth:`expire` with a DeliveryTimeoutError."""
+        for batch in batches:
+            waited = now_ms - batch.created_ms
+            batch.fail(
+                DeliveryTimeoutError(
+                    f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} "
+                    f"expired after {waited} ms (delivery_timeout_ms={self.delivery_timeout_ms})"
+                )
+            )
+            self.deallocate(batch)

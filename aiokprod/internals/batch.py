@@ -1,0 +1,346 @@
+"""ProducerBatch, its shared completion (BatchResult), and the per-record DeliveryFuture.
+
+As in the Java client (ProducerBatch, ProduceRequestResult, FutureRecordMetadata), a batch has
+one completion object shared by all its records; each record's handle only stores its index
+and sizes and computes ``base_offset + index`` when asked. No asyncio future exists per record,
+and one per batch is created only if someone awaits before the batch completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Generator
+from typing import Any
+
+from aiokprod.errors import KafkaError
+from aiokprod.logs import get_logger
+from aiokprod.protocol.records import ClosedBatch, RecordBatchBuilder
+from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
+
+log = get_logger("aiokprod.batch")
+
+
+class FinalState(enum.Enum):
+    """How a batch ended; a batch ends once."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class BatchResult:
+    """The outcome shared by every record of one batch.
+
+    Attributes:
+        done: whether the batch completed (either way).
+        base_offset: the first record's offset, or -1 (acks=0, or failed).
+        log_append_time_ms: the broker's append time, -1 unless the topic uses LogAppendTime.
+        error: the exception every record fails with, or None on success.
+        record_errors: per-record exceptions (by index) when the broker rejected only some
+            records of the batch (INVALID_RECORD); those records fail with their own error.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_future",
+        "base_offset",
+        "done",
+        "error",
+        "log_append_time_ms",
+        "record_errors",
+    )
+
+    def __init__(self) -> None:
+        self.done = False
+        self.base_offset = UNKNOWN_OFFSET
+        self.log_append_time_ms = -1
+        self.error: BaseException | None = None
+        self.record_errors: dict[int, BaseException] | None = None
+        self._future: asyncio.Future[None] | None = None
+        self._callbacks: list[Callable[[], None]] | None = None
+
+    def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
+        """Record success and wake everyone waiting; a second completion is ignored."""
+        if self.done:
+            return
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self._finish()
+
+    def fail(
+        self, error: BaseException, record_errors: dict[int, BaseException] | None = None
+    ) -> None:
+        """Record failure and wake everyone waiting; a second completion is ignored."""
+        if self.done:
+            return
+        self.error = error
+        self.record_errors = record_errors
+        self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+        callbacks = self._callbacks
+        if callbacks:
+            self._callbacks = None
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # a user's callback must not break the sender
+                    log.exception("delivery callback raised")
+
+    async def wait(self) -> None:
+        """Wait until the batch completes (returns at once if it has)."""
+        if self.done:
+            return
+        future = self._future
+        if future is None:
+            future = self._future = asyncio.get_running_loop().create_future()
+        # Shielded: one caller giving up must not cancel the future other callers share.
+        await asyncio.shield(future)
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` when the batch completes (at once if it has)."""
+        if self.done:
+            callback()
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+
+class DeliveryFuture:
+    """The result of one ``send()``: await it for the :class:`RecordMetadata`.
+
+    Awaiting never cancels the delivery: once ``send()`` has returned, the record is in the
+    producer's hands and will be acknowledged or fail on its own (``cancel()`` returns False,
+    like the Java client's). Several tasks may await the same handle.
+    """
+
+    __slots__ = (
+        "_index",
+        "_key_size",
+        "_metadata",
+        "_result",
+        "_timestamp_ms",
+        "_value_size",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        result: BatchResult,
+        index: int,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key_size: int,
+        value_size: int,
+    ) -> None:
+        self._result = result
+        self._index = index
+        self.tp = tp
+        self._timestamp_ms = timestamp_ms
+        self._key_size = key_size
+        self._value_size = value_size
+        self._metadata: RecordMetadata | None = None
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        result = self._result
+        if not result.done:
+            yield from result.wait().__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        """Whether the record was acknowledged or failed."""
+        return self._result.done
+
+    def cancel(self) -> bool:
+        """Cannot un-send a record: always False (the delivery goes on)."""
+        return False
+
+    def cancelled(self) -> bool:
+        """Always False; see :meth:`cancel`."""
+        return False
+
+    def exception(self) -> BaseException | None:
+        """The error the record failed with, or None if it was acknowledged.
+
+        Raises:
+            asyncio.InvalidStateError: the record is not done yet.
+        """
+        result = self._result
+        if not result.done:
+            raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        if result.record_errors:
+            own = result.record_errors.get(self._index)
+            if own is not None:
+                return own
+        return result.error
+
+    def result(self) -> RecordMetadata:
+        """The record's metadata.
+
+        Raises:
+            asyncio.InvalidStateError: the record is not done yet.
+            KafkaError: the error the record failed with.
+        """
+        metadata = self._metadata
+        if metadata is not None:
+            return metadata
+        error = self.exception()
+        if error is not None:
+            raise error
+        result = self._result
+        base = result.base_offset
+        offset = base + self._index if base >= 0 else UNKNOWN_OFFSET
+        timestamp = (
+            result.log_append_time_ms if result.log_append_time_ms >= 0 else self._timestamp_ms
+        )
+        metadata = self._metadata = RecordMetadata(
+            self.tp.topic,
+            self.tp.partition,
+            offset,
+            timestamp,
+            self._key_size,
+            self._value_size,
+        )
+        return metadata
+
+    def add_done_callback(self, callback: Callable[[DeliveryFuture], None]) -> None:
+        """Call ``callback(self)`` once the record is acknowledged or failed.
+
+        The callback runs on the event loop right when the broker's answer is processed (or
+        at once if the record is done); it must be quick and must not block.
+        """
+        self._result.add_callback(lambda: callback(self))
+
+    def __repr__(self) -> str:
+        state = "pending"
+        if self._result.done:
+            state = "failed" if self.exception() is not None else "done"
+        return f"<DeliveryFuture {self.tp.topic}-{self.tp.partition}#{self._index} {state}>"
+
+
+class ProducerBatch:
+    """Records for one partition, sent together in one Produce request.
+
+    A batch is open (``builder`` set) until it is drained; then ``closed`` holds its bytes.
+    Idempotence fields are assigned at the first drain and kept across plain retries; an
+    epoch bump renumbers them (``restamp``).
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "builder",
+        "closed",
+        "created_ms",
+        "drained_ms",
+        "expedite",
+        "final_state",
+        "handles",
+        "in_flight",
+        "is_full",
+        "producer_epoch",
+        "producer_id",
+        "reserved_bytes",
+        "result",
+        "retry_at_ms",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        builder: RecordBatchBuilder,
+        now_ms: int,
+        reserved_bytes: int,
+        keep_handles: bool = False,
+    ) -> None:
+        self.tp = tp
+        self.builder: RecordBatchBuilder | None = builder
+        self.closed: ClosedBatch | None = None
+        self.result = BatchResult()
+        self.created_ms = now_ms
+        self.drained_ms = -1
+        self.retry_at_ms = 0
+        self.attempts = 0
+        self.reserved_bytes = reserved_bytes
+        self.is_full = False
+        #: Send without waiting out linger_ms (a send_and_wait() record is in it).
+        self.expedite = False
+        self.in_flight = False
+        self.final_state: FinalState | None = None
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        #: Per-record handles, kept only when interceptors need them at completion.
+        self.handles: list[DeliveryFuture] | None = [] if keep_handles else None
+
+    @property
+    def record_count(self) -> int:
+        """Records in the batch."""
+        if self.closed is not None:
+            return self.closed.record_count
+        return self.builder.record_count if self.builder is not None else 0
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes the batch takes now (open: uncompressed estimate; closed: on the wire)."""
+        if self.closed is not None:
+            return self.closed.size_in_bytes
+        return self.builder.size_in_bytes if self.builder is not None else 0
+
+    @property
+    def has_sequence(self) -> bool:
+        """Whether an idempotent sequence was assigned (at its first drain)."""
+        return self.base_sequence >= 0
+
+    def close(self) -> ClosedBatch:
+        """Finish the records section (compressing it) once; later calls return the same."""
+        closed = self.closed
+        if closed is None:
+            builder = self.builder
+            if builder is None:  # pragma: no cover - a batch is created with a builder
+                raise KafkaError("batch has neither a builder nor closed bytes")
+            closed = self.closed = builder.close()
+            self.builder = None
+        return closed
+
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Set the idempotence fields (and the CRC) of the closed batch."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.close().stamp(producer_id, producer_epoch, base_sequence)
+
+    def complete(self, base_offset: int, log_append_time_ms: int) -> bool:
+        """Mark success; False if the batch had already ended."""
+        if self.final_state is not None:
+            return False
+        self.final_state = FinalState.SUCCEEDED
+        self.result.succeed(base_offset, log_append_time_ms)
+        return True
+
+    def fail(
+        self,
+        error: BaseException,
+        record_errors: dict[int, BaseException] | None = None,
+        *,
+        aborted: bool = False,
+    ) -> bool:
+        """Mark failure; False if the batch had already ended."""
+        if self.final_state is not None:
+            return False
+        self.final_state = FinalState.ABORTED if aborted else FinalState.FAILED
+        self.result.fail(error, record_errors)
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={self.record_count} "
+            f"attempts={self.attempts} seq={self.base_sequence} state={self.final_state}>"
+        )

@@ -1,0 +1,181 @@
+"""MetadataFetcher: refreshes the cluster view and lets ``send()`` wait for a topic.
+
+:class:`~aiokprod.internals.metadata.MetadataState` decides when a refresh is due; the sender
+calls :meth:`MetadataFetcher.maybe_refresh` on every pass, which starts at most one refresh at
+a time in the producer's task group. ``send()`` for a topic not yet in the view awaits
+:meth:`MetadataFetcher.wait_for_topic`, bounded by ``max_block_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from aiokprod.errors import KafkaError, MetadataTimeoutError
+from aiokprod.internals.backoff import monotonic_ms
+from aiokprod.internals.metadata import MetadataState, TopicInfo
+from aiokprod.logs import get_logger
+from aiokprod.net.pool import ConnectionPool, Spawn
+from aiokprod.protocol.messages.metadata import (
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+)
+
+log = get_logger("aiokprod.metadata")
+
+
+class MetadataFetcher:
+    """Runs metadata refreshes and wakes the coroutines waiting on topics.
+
+    Args:
+        state: when to refresh and the current snapshot.
+        pool: connections to send Metadata requests on.
+        spawn: starts a background coroutine in the producer's task group.
+        request_timeout_ms: bound on one Metadata request.
+        allow_auto_create_topics: ask the broker to create unknown topics (if it allows).
+        on_update: called after each successful refresh (wakes the sender).
+    """
+
+    def __init__(
+        self,
+        state: MetadataState,
+        pool: ConnectionPool,
+        spawn: Spawn,
+        *,
+        request_timeout_ms: int,
+        allow_auto_create_topics: bool,
+        on_update: Callable[[], None],
+    ) -> None:
+        self.state = state
+        self._pool = pool
+        self._spawn = spawn
+        self._timeout_s = request_timeout_ms / 1000
+        self._auto_create = allow_auto_create_topics
+        self._on_update = on_update
+        self._refreshing = False
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self.last_error: BaseException | None = None
+        self._closed_error: BaseException | None = None
+
+    def maybe_refresh(self, now_ms: int) -> int:
+        """Start a refresh if one is due; returns ms until the next one may be due."""
+        if self._refreshing:
+            return self.state.retry_backoff_ms
+        delay = self.state.time_to_next_update_ms(now_ms)
+        if delay > 0:
+            return delay
+        node_id = self._pool.least_loaded_node(now_ms)
+        if node_id is None:
+            return max(self._pool.next_attempt_delay_ms(now_ms), 1)
+        self._refreshing = True
+        topics = self.state.attempt_started(now_ms)
+
+        async def refresh() -> None:
+            await self._refresh(node_id, topics)
+
+        self._spawn(refresh)
+        return self.state.retry_backoff_ms
+
+    async def _refresh(self, node_id: int, topics: list[str]) -> None:
+        try:
+            conn = await self._pool.connection(node_id, self._timeout_s)
+            request = MetadataRequest(
+                topics=[MetadataRequestTopic(name=t) for t in topics],
+                allow_auto_topic_creation=self._auto_create,
+            )
+            response = await conn.request(request, self._timeout_s)
+            if not isinstance(response, MetadataResponse):  # pragma: no cover
+                raise KafkaError("Metadata answered with another message")
+        except KafkaError as exc:
+            self.last_error = exc
+            self.state.failed(monotonic_ms())
+            log.debug("metadata refresh failed", node=node_id, error=str(exc))
+            self._refreshing = False
+            self._on_update()
+            return
+        except BaseException:
+            self._refreshing = False
+            raise
+        self._refreshing = False
+        self.last_error = None
+        snapshot = self.state.snapshot
+        self.state.update(response, topics, monotonic_ms())
+        if self.state.snapshot.brokers != snapshot.brokers:
+            self._pool.update_nodes(
+                {n.node_id: (n.host, n.port) for n in self.state.snapshot.brokers.values()}
+            )
+        self._wake_waiters()
+        self._on_update()
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
+
+    def fail_waiters(self, error: BaseException) -> None:
+        """Wake every waiting ``send()`` with ``error`` (the producer is closing)."""
+        self._closed_error = error
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+
+    async def wait_for_topic(
+        self, topic: str, partition: int | None, timeout_s: float, max_block_ms: int
+    ) -> TopicInfo:
+        """Wait until ``topic`` (and ``partition``, if given) is in the cluster view.
+
+        Raises:
+            MetadataTimeoutError: not there within ``timeout_s``.
+            BrokerError: the topic has a non-retriable error (e.g. authorization).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        state = self.state
+        state.add_topic(topic, monotonic_ms())
+        while True:
+            if self._closed_error is not None:
+                raise self._closed_error
+            info = state.snapshot.topics.get(topic)
+            if info is not None and (partition is None or partition < info.num_partitions):
+                return info
+            error = state.snapshot.topic_error(topic)
+            if error is not None and not error.retriable:
+                raise error
+            state.request_update()
+            future: asyncio.Future[None] = loop.create_future()
+            self._waiters.setdefault(topic, []).append(future)
+            self._on_update()  # wake the sender, which starts the refresh
+            remaining = deadline - loop.time()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(remaining):
+                    await future
+            except TimeoutError:
+                raise MetadataTimeoutError(
+                    self._timeout_message(topic, partition, info, max_block_ms)
+                ) from None
+            finally:
+                if not future.done():
+                    future.cancel()
+
+    def _timeout_message(
+        self, topic: str, partition: int | None, info: TopicInfo | None, max_block_ms: int
+    ) -> str:
+        if info is not None and partition is not None:
+            return (
+                f"partition {partition} of topic {topic!r} does not exist (it has "
+                f"{info.num_partitions} partitions) after {max_block_ms} ms"
+            )
+        reason = ""
+        error = self.state.snapshot.topic_error(topic)
+        if error is not None:
+            reason = f" (last error: {error.name})"
+        elif self.last_error is not None:
+            reason = f" (last error: {self.last_error})"
+        return f"topic {topic!r} not present in metadata after {max_block_ms} ms{reason}"

@@ -1,0 +1,517 @@
+"""Sender: the one background loop that turns queued batches into Produce requests.
+
+Each pass (:meth:`Sender.run_once`, synchronous, given the time) does what the Java client's
+``Sender.sendProducerData`` does: start a metadata refresh if one is due, ask the accumulator
+which leaders are ready, skip the ones whose connection is not open or is at its in-flight
+limit, drain up to ``max_request_size`` per leader, stamp idempotent sequences, write one
+Produce request per leader, expire what outlived ``delivery_timeout_ms``, and return how long
+nothing can happen. :meth:`Sender.run` sleeps that long or until woken (a new or full batch, a
+response, a connection change, a flush or close).
+
+Responses are handled synchronously as they arrive (on the connection's read task): each
+partition's batch completes, is retried after a backoff, or fails with a typed error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import (
+    BrokerError,
+    DeliveryTimeoutError,
+    KafkaConnectionError,
+    KafkaError,
+    error_for_code,
+)
+from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
+from aiokprod.internals.backoff import backoff_ms, monotonic_ms
+from aiokprod.internals.batch import ProducerBatch
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.metadata import BrokerNode, MetadataState
+from aiokprod.internals.metadata_fetcher import MetadataFetcher
+from aiokprod.internals.stats import ProducerStats
+from aiokprod.logs import get_logger
+from aiokprod.net.pool import ConnectionPool, Spawn
+from aiokprod.protocol.messages.init_producer_id import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from aiokprod.protocol.messages.produce import (
+    ProducePartitionData,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicData,
+)
+from aiokprod.protocol.schema import Struct
+from aiokprod.types import ProducerInterceptor, TopicPartition
+
+log = get_logger("aiokprod.sender")
+
+DUPLICATE_SEQUENCE_NUMBER = 46
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+UNKNOWN_PRODUCER_ID = 59
+INVALID_PRODUCER_EPOCH = 47
+#: How often in-flight batches are checked against the delivery timeout.
+IN_FLIGHT_EXPIRY_SCAN_MS = 50
+
+
+class Sender:
+    """Owns the send loop and everything it drives.
+
+    Args:
+        config: the producer's options.
+        accumulator: where batches queue.
+        metadata: the cluster view and refresh schedule.
+        fetcher: runs metadata refreshes.
+        pool: broker connections.
+        idempotence: sequence state, or None when idempotence is off.
+        spawn: starts background coroutines in the producer's task group.
+        stats: counters behind ``Producer.metrics()``.
+    """
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: MetadataState,
+        fetcher: MetadataFetcher,
+        pool: ConnectionPool,
+        idempotence: IdempotenceState | None,
+        spawn: Spawn,
+        stats: ProducerStats,
+    ) -> None:
+        self._config = config
+        self._acc = accumulator
+        self._metadata = metadata
+        self._fetcher = fetcher
+        self._pool = pool
+        self._idem = idempotence
+        self._spawn = spawn
+        self._stats = stats
+        self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
+        self._wake = asyncio.Event()
+        self._in_flight: dict[ProducerBatch, None] = {}
+        self._next_in_flight_scan_ms = 0
+        self._pid_fetch_running = False
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._guarantee_order = config.max_in_flight_requests_per_connection == 1
+        #: A fatal error (e.g. InitProducerId refused for good): every batch fails with it.
+        self.fatal_error: KafkaError | None = None
+
+    # --- loop -------------------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Make the loop run a pass soon (cheap if it is already awake)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Run passes until stopped and nothing is left to send or await."""
+        wake = self._wake
+        try:
+            while True:
+                wake.clear()
+                delay_ms = self.run_once(monotonic_ms())
+                if self._stopping and not self._acc.has_incomplete():
+                    return
+                if wake.is_set() or delay_ms <= 0:
+                    await asyncio.sleep(0)
+                    continue
+                try:
+                    async with asyncio.timeout(min(delay_ms, 3_600_000) / 1000):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            self._stopped.set()
+
+    def run_once(self, now_ms: int) -> int:
+        """One pass of the send loop; returns the ms until the next pass is needed."""
+        delay = FOREVER_MS
+        idem = self._idem
+        if idem is not None:
+            if idem.producer_id_required:
+                self._maybe_fetch_producer_id()
+            elif idem.epoch_bump_required:
+                self._bump_epoch()
+        delay = min(delay, self._fetcher.maybe_refresh(now_ms))
+        acc = self._acc
+        cluster = self._metadata.snapshot
+        result = acc.ready(cluster, now_ms)
+        if result.unknown_leader_topics:
+            self._metadata.request_update()
+            delay = min(delay, self._fetcher.maybe_refresh(now_ms))
+        nodes: set[int] = set()
+        pool = self._pool
+        for node in result.ready_nodes:
+            conn = pool.ready_connection(node, now_ms)
+            if conn is None:
+                wait = pool.connection_delay_ms(node, now_ms)
+                if wait > 0:
+                    delay = min(delay, wait)
+            elif conn.can_send:
+                nodes.add(node)
+        if nodes:
+            can_drain = self._can_drain if idem is not None else None
+            drained = acc.drain(cluster, nodes, self._config.max_request_size, now_ms, can_drain)
+            for node, batches in drained.items():
+                self._send_produce(node, batches, now_ms)
+        expired = acc.expire(now_ms)
+        if expired:
+            for batch in expired:
+                self._fail(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
+        delay = min(delay, self._expire_in_flight(now_ms))
+        next_deadline = pool.check_request_timeouts(now_ms)
+        if next_deadline is not None:
+            delay = min(delay, next_deadline - now_ms)
+        delay = min(delay, result.next_ready_check_delay_ms, acc.next_expiry_delay_ms(now_ms))
+        return max(delay, 0)
+
+    # --- producing --------------------------------------------------------------------------
+
+    def _send_produce(self, node: int, batches: list[ProducerBatch], now_ms: int) -> None:
+        conn = self._pool.ready_connection(node, now_ms)
+        idem = self._idem
+        topics: dict[str, list[ProducePartitionData]] = {}
+        by_tp: dict[TopicPartition, ProducerBatch] = {}
+        size = 0
+        for batch in batches:
+            if idem is not None:
+                idem.assign_sequence(batch)
+            closed = batch.close()
+            size += closed.size_in_bytes
+            topics.setdefault(batch.tp.topic, []).append(
+                ProducePartitionData(index=batch.tp.partition, records=closed.data)
+            )
+            by_tp[batch.tp] = batch
+            batch.in_flight = True
+            if self._guarantee_order:
+                self._acc.muted.add(batch.tp)
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=self._config.acks,
+            timeout_ms=self._config.request_timeout_ms,
+            topic_data=[ProduceTopicData(name=t, partition_data=p) for t, p in topics.items()],
+        )
+        self._stats.on_request(len(batches), sum(b.record_count for b in batches), size)
+        acks_zero = self._config.acks == 0
+        handler = functools.partial(self._on_produce_response, by_tp)
+        try:
+            if conn is None:
+                raise KafkaConnectionError(f"node {node}: connection closed before sending")
+            conn.send(
+                request,
+                None if acks_zero else handler,
+                deadline_ms=now_ms + self._config.request_timeout_ms,
+                expect_response=not acks_zero,
+            )
+        except KafkaConnectionError as exc:
+            handler(None, exc)
+            return
+        if acks_zero:
+            # No answer will come: the records are done once written (offsets unknown).
+            for batch in batches:
+                self._complete(batch, -1, -1)
+            return
+        for batch in batches:
+            self._in_flight[batch] = None
+
+    def _on_produce_response(
+        self,
+        by_tp: dict[TopicPartition, ProducerBatch],
+        body: Struct | None,
+        error: BaseException | None,
+    ) -> None:
+        now_ms = monotonic_ms()
+        if error is not None or not isinstance(body, ProduceResponse):
+            failure = error if error is not None else KafkaError("unexpected Produce response")
+            if isinstance(failure, KafkaConnectionError) or getattr(failure, "retriable", False):
+                self._metadata.request_update()
+            for batch in by_tp.values():
+                self._on_batch_error(batch, failure, now_ms)
+            self.wakeup()
+            return
+        endpoints = {
+            e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
+        }
+        for topic in body.responses:
+            for part in topic.partition_responses:
+                tp = TopicPartition(topic.name, part.index)
+                if tp not in by_tp:
+                    continue
+                batch = by_tp.pop(tp)
+                if part.error_code == 0:
+                    self._complete(batch, part.base_offset, part.log_append_time_ms)
+                    continue
+                exc = error_for_code(part.error_code, part.error_message)
+                record_errors: dict[int, BaseException] | None = None
+                if part.record_errors:
+                    record_errors = {
+                        e.batch_index: error_for_code(
+                            part.error_code, e.batch_index_error_message or part.error_message
+                        )
+                        for e in part.record_errors
+                    }
+                hint = part.current_leader
+                if hint is not None and hint.leader_id >= 0:
+                    self._metadata.apply_leader_hint(
+                        batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
+                    )
+                self._on_batch_error(batch, exc, now_ms, record_errors)
+        for batch in by_tp.values():
+            self._on_batch_error(
+                batch,
+                KafkaConnectionError("the broker's response left out this partition"),
+                now_ms,
+            )
+        self.wakeup()
+
+    def _on_batch_error(
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        now_ms: int,
+        record_errors: dict[int, BaseException] | None = None,
+    ) -> None:
+        self._in_flight.pop(batch, None)
+        batch.in_flight = False
+        self._acc.muted.discard(batch.tp)
+        if batch.final_state is not None:
+            return  # already expired while in flight
+        code = exc.code if isinstance(exc, BrokerError) else None
+        idem = self._idem
+        if code == DUPLICATE_SEQUENCE_NUMBER:
+            self._complete(batch, -1, -1)  # written before: success, offset unknown (as Java)
+            return
+        retriable = bool(getattr(exc, "retriable", False))
+        if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
+            # Not the next expected batch: an earlier batch's failure caused this; resend it
+            # as is. The next expected one: the broker lost our state; bump the epoch.
+            if idem.is_next_expected(batch):
+                idem.epoch_bump_required = True
+            retriable = True
+        if code == INVALID_PRODUCER_EPOCH and idem is not None:
+            idem.epoch_bump_required = True
+            retriable = True
+        if retriable and self._can_retry(batch, now_ms):
+            if getattr(exc, "invalid_metadata", False):
+                self._metadata.request_update()
+            wait = backoff_ms(
+                batch.attempts + 1, self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+            )
+            self._acc.reenqueue(batch, now_ms, wait)
+            self._stats.on_retry(batch.record_count)
+            log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
+            return
+        if retriable:
+            exc = self._delivery_timeout(batch, now_ms, exc)
+        self._fail(batch, exc, now_ms, record_errors)
+
+    def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
+        if self._stopping and self._force_error is not None:
+            return False
+        return (
+            batch.attempts < self._config.retries
+            and now_ms - batch.created_ms < self._config.delivery_timeout_ms
+        )
+
+    def _delivery_timeout(
+        self, batch: ProducerBatch, now_ms: int, last_error: BaseException | None
+    ) -> KafkaError:
+        waited = now_ms - batch.created_ms
+        tail = f"; last error: {last_error}" if last_error is not None else ""
+        if waited < self._config.delivery_timeout_ms and isinstance(last_error, KafkaError):
+            return last_error  # out of retries rather than out of time: report the error
+        error = DeliveryTimeoutError(
+            f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} not "
+            f"acknowledged within delivery_timeout_ms={self._config.delivery_timeout_ms} "
+            f"({waited} ms since send, {batch.attempts} retries){tail}"
+        )
+        if last_error is not None:
+            error.__cause__ = last_error
+        return error
+
+    def _expire_in_flight(self, now_ms: int) -> int:
+        """Fail in-flight batches past the delivery timeout; ms until the next scan."""
+        if not self._in_flight:
+            return FOREVER_MS
+        if now_ms < self._next_in_flight_scan_ms:
+            return self._next_in_flight_scan_ms - now_ms
+        limit = self._config.delivery_timeout_ms
+        oldest = FOREVER_MS
+        for batch in list(self._in_flight):
+            if now_ms - batch.created_ms >= limit:
+                del self._in_flight[batch]
+                self._fail(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
+            else:
+                oldest = min(oldest, batch.created_ms)
+        self._next_in_flight_scan_ms = now_ms + IN_FLIGHT_EXPIRY_SCAN_MS
+        if oldest == FOREVER_MS:
+            return FOREVER_MS
+        return max(oldest + limit - now_ms, IN_FLIGHT_EXPIRY_SCAN_MS)
+
+    # --- outcomes ---------------------------------------------------------------------------
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
+        self._in_flight.pop(batch, None)
+        self._acc.muted.discard(batch.tp)
+        if not batch.complete(base_offset, log_append_time_ms):
+            return
+        self._acc.deallocate(batch)
+        if self._idem is not None:
+            self._idem.on_success(batch)
+        self._stats.on_success(batch.record_count)
+        self._notify_interceptors(batch)
+
+    def _fail(
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        now_ms: int,
+        record_errors: dict[int, BaseException] | None = None,
+    ) -> None:
+        self._in_flight.pop(batch, None)
+        self._acc.muted.discard(batch.tp)
+        if not batch.fail(exc, record_errors):
+            return
+        self._acc.deallocate(batch)
+        if self._idem is not None:
+            self._idem.on_failure(batch, maybe_sent=batch.drained_ms >= 0)
+        self._stats.on_failure(batch.record_count)
+        log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
+        self._notify_interceptors(batch)
+
+    def _notify_interceptors(self, batch: ProducerBatch) -> None:
+        handles = batch.handles
+        if not handles or not self._interceptors:
+            return
+        for handle in handles:
+            error = handle.exception()
+            metadata = None if error is not None else handle.result()
+            for interceptor in self._interceptors:
+                try:
+                    interceptor.on_acknowledgement(metadata, error)
+                except Exception:
+                    log.exception("interceptor on_acknowledgement raised")
+
+    def fail_all(self, error: KafkaError) -> None:
+        """Fail every incomplete batch, queued or in flight (force close, crash, fatal)."""
+        now_ms = monotonic_ms()
+        self._acc.abort_undrained(error)
+        for batch in self._acc.incomplete_batches():
+            self._fail(batch, error, now_ms)
+
+    # --- idempotence ------------------------------------------------------------------------
+
+    def _can_drain(self, batch: ProducerBatch) -> bool:
+        idem = self._idem
+        if idem is None:
+            return True
+        if (
+            batch.has_sequence
+            and idem.has_producer_id
+            and not idem.epoch_bump_required
+            and (batch.producer_id, batch.producer_epoch) != (idem.producer_id, idem.producer_epoch)
+        ):
+            # A retry stamped under an older epoch: once nothing of its partition is in
+            # flight, renumber the partition's queued batches from 0 under the new epoch.
+            if any(b.in_flight for b in idem.unacked(batch.tp)):
+                return False
+            stale = [b for b in self._acc.queued(batch.tp) if b.has_sequence]
+            idem.reset_unacked_sequences(batch.tp, stale)
+        return idem.can_drain(batch)
+
+    def _bump_epoch(self) -> None:
+        idem = self._idem
+        if idem is None:
+            return
+        if idem.bump_epoch():
+            log.info(
+                "bumped producer epoch", producer_id=idem.producer_id, epoch=idem.producer_epoch
+            )
+        self.wakeup()
+
+    def _maybe_fetch_producer_id(self) -> None:
+        if self._pid_fetch_running:
+            return
+        self._pid_fetch_running = True
+        self._spawn(self._fetch_producer_id)
+
+    async def _fetch_producer_id(self) -> None:
+        idem = self._idem
+        if idem is None:
+            return
+        timeout_s = self._config.request_timeout_ms / 1000
+        attempts = 0
+        try:
+            while not self._stopped.is_set():
+                node = self._pool.least_loaded_node(monotonic_ms())
+                error: BaseException | None = None
+                if node is not None:
+                    try:
+                        conn = await self._pool.connection(node, timeout_s)
+                        response = await conn.request(
+                            InitProducerIdRequest(transactional_id=None), timeout_s
+                        )
+                        if not isinstance(response, InitProducerIdResponse):  # pragma: no cover
+                            raise KafkaError("InitProducerId answered with another message")
+                        if response.error_code == 0:
+                            idem.set_producer_id(response.producer_id, response.producer_epoch)
+                            log.debug(
+                                "producer id",
+                                producer_id=response.producer_id,
+                                epoch=response.producer_epoch,
+                            )
+                            return
+                        error = error_for_code(response.error_code)
+                        if not error.retriable:
+                            self._set_fatal(error)
+                            return
+                    except KafkaError as exc:
+                        error = exc
+                attempts += 1
+                wait = backoff_ms(
+                    attempts, self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+                )
+                log.debug("InitProducerId retry", error=str(error), wait_ms=wait)
+                await asyncio.sleep(wait / 1000)
+        finally:
+            self._pid_fetch_running = False
+            self.wakeup()
+
+    def _set_fatal(self, error: KafkaError) -> None:
+        self.fatal_error = error
+        log.error("producer hit a fatal error", error=str(error))
+        self.fail_all(error)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    _force_error: KafkaError | None = None
+
+    def stop(self, force_error: KafkaError | None = None) -> None:
+        """Finish: deliver what is queued and in flight, then end :meth:`run`.
+
+        With ``force_error`` every incomplete batch fails with it at once instead.
+        """
+        self._stopping = True
+        self._acc.begin_close()
+        if force_error is not None:
+            self._force_error = force_error
+            self.fail_all(force_error)
+        self.wakeup()
+
+    async def wait_stopped(self) -> None:
+        """Wait until :meth:`run` has returned."""
+        await self._stopped.wait()
+
+    @property
+    def in_flight_batches(self) -> int:
+        """Batches written and not yet answered."""
+        return len(self._in_flight)
+
+    def on_metadata_change(self) -> Callable[[], None]:
+        """The callback that wakes this sender (for the fetcher and the pool)."""
+        return self.wakeup

@@ -1,0 +1,75 @@
+"""Turning keys, values and headers into bytes, with typed errors for what cannot be.
+
+Without a configured serializer, keys and values may be ``bytes``, ``bytearray``,
+``memoryview`` or ``str`` (encoded as UTF-8), or None; anything else is a
+:class:`~aiokprod.errors.SerializationError` naming the type, raised in ``send()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokprod.errors import SerializationError
+from aiokprod.protocol.records import encode_headers
+
+Serializer = Callable[[Any], Any]
+
+
+def to_bytes(obj: object, what: str) -> bytes | None:
+    """The default serializer: bytes-like as is, str as UTF-8, None as null."""
+    if obj is None:
+        return None
+    if type(obj) is bytes:
+        return obj
+    if isinstance(obj, str):
+        return obj.encode("utf-8")
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return bytes(obj)
+    raise SerializationError(
+        f"{what} must be bytes, bytearray, memoryview, str or None, not {type(obj).__name__}; "
+        f"set {what}_serializer to send other types"
+    )
+
+
+def apply_serializer(serializer: Serializer, obj: object, what: str) -> bytes | None:
+    """Run a user serializer and check that it returned bytes or None."""
+    try:
+        result = serializer(obj)
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"{what}_serializer failed: {exc!r}") from exc
+    if result is None or type(result) is bytes:
+        return result
+    if isinstance(result, bytearray | memoryview):
+        return bytes(result)
+    raise SerializationError(
+        f"{what}_serializer returned {type(result).__name__}; it must return bytes or None"
+    )
+
+
+def serialize_headers(headers: object) -> bytes | None:
+    """Validate headers (``(str, bytes | str | None)`` pairs) and encode them for a record."""
+    if not headers:
+        return None
+    if isinstance(headers, str | bytes) or not isinstance(headers, Sequence):
+        raise SerializationError("headers must be a list of (str, bytes) pairs")
+    pairs: list[tuple[str, bytes | None]] = []
+    for item in headers:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise SerializationError(f"header {item!r} is not a (key, value) pair")
+        key, value = item
+        if not isinstance(key, str):
+            raise SerializationError(f"header key {key!r} must be a str")
+        if value is not None and not isinstance(value, bytes):
+            if isinstance(value, str):
+                value = value.encode("utf-8")
+            elif isinstance(value, bytearray | memoryview):
+                value = bytes(value)
+            else:
+                raise SerializationError(
+                    f"header {key!r} value must be bytes, str or None, not {type(value).__name__}"
+                )
+        pairs.append((key, value))
+    return encode_headers(pairs)

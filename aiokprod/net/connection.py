@@ -1,0 +1,326 @@
+"""BrokerConnection: one TCP connection to one broker, over asyncio streams.
+
+The connection moves bytes; :class:`~aiokprod.protocol.connection.ClientConnection` decides
+what they mean. Opening it connects, then asks ApiVersions so every later request goes out at
+the highest version both sides speak. After that one read loop (:meth:`run_reader`, run by
+the pool inside the producer's task group) feeds received bytes to the protocol state and
+hands each response to the handler given with its request.
+
+Requests are written without awaiting: :meth:`send` is synchronous, so the sender never waits
+on one broker while another could take data. The in-flight limit is the connection's
+semaphore in non-blocking form: :attr:`can_send` is false while
+``max_in_flight_requests_per_connection`` requests are unanswered, and the sender skips the
+node until a response frees a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+from aiokprod.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnsupportedVersionError,
+)
+from aiokprod.logs import get_logger
+from aiokprod.protocol.api import API_VERSIONS
+from aiokprod.protocol.connection import ClientConnection, api_versions_retry_version
+from aiokprod.protocol.messages.api_versions import ApiVersionsResponse
+from aiokprod.protocol.schema import Struct
+
+log = get_logger("aiokprod.net")
+
+ResponseHandler = Callable[[Struct | None, BaseException | None], None]
+#: Runs after ApiVersions on a fresh connection (SASL authentication hooks in here).
+Authenticator = Callable[["BrokerConnection"], Awaitable[None]]
+
+READ_CHUNK_BYTES = 256 * 1024
+#: Stop writing to a broker whose socket buffer holds this much unsent data.
+WRITE_BUFFER_HIGH_BYTES = 8 * 1024 * 1024
+SOFTWARE_NAME = "aiokprod"
+
+
+class _Pending:
+    __slots__ = ("deadline_ms", "handler")
+
+    def __init__(self, handler: ResponseHandler | None, deadline_ms: int) -> None:
+        self.handler = handler
+        self.deadline_ms = deadline_ms
+
+
+class BrokerConnection:
+    """A connection to one broker.
+
+    Args:
+        node_id: the broker's id (negative for a bootstrap address).
+        host: host to connect to.
+        port: port to connect to.
+        client_id: the client id in every request header.
+        max_in_flight: unanswered requests allowed at once.
+        software_version: reported in ApiVersions.
+        ssl_context: TLS context, or None for plaintext.
+        server_hostname: the name to verify the certificate against (default: host).
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        max_in_flight: int,
+        software_version: str,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.max_in_flight = max_in_flight
+        self.protocol = ClientConnection(client_id)
+        self._software_version = software_version
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, _Pending] = {}
+        self.closed_error: BaseException | None = None
+        self.ready = False
+
+    def __repr__(self) -> str:
+        state = "ready" if self.ready else ("closed" if self.closed_error else "opening")
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {state}>"
+
+    # --- opening ----------------------------------------------------------------------------
+
+    async def open(self, timeout_s: float, authenticate: Authenticator | None = None) -> None:
+        """Connect and negotiate API versions (and authenticate, if asked).
+
+        Raises:
+            KafkaConnectionError: the broker is unreachable, or the handshake failed or
+                timed out.
+            AuthenticationError: (from ``authenticate``) credentials were rejected.
+        """
+        try:
+            async with asyncio.timeout(timeout_s):
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname if self._ssl else None,
+                    limit=READ_CHUNK_BYTES,
+                )
+                await self._negotiate_versions()
+                if authenticate is not None:
+                    await authenticate(self)
+        except TimeoutError:
+            self._abort()
+            raise KafkaConnectionError(
+                f"connecting to node {self.node_id} at {self.host}:{self.port} "
+                f"timed out after {timeout_s * 1000:.0f} ms"
+            ) from None
+        except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+            self._abort()
+            raise KafkaConnectionError(
+                f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
+            ) from exc
+        except BaseException:
+            self._abort()
+            raise
+        self.ready = True
+
+    async def _negotiate_versions(self) -> None:
+        version: int | None = None
+        for _ in range(3):
+            _, frame = self.protocol.api_versions_request(
+                SOFTWARE_NAME, self._software_version, version
+            )
+            sent_version = API_VERSIONS.max_version if version is None else version
+            response = await self.exchange_raw(frame)
+            if not isinstance(response, ApiVersionsResponse):  # pragma: no cover
+                raise ProtocolError("ApiVersions answered with another message")
+            if response.error_code == 0:
+                self.protocol.set_broker_versions(response)
+                return
+            retry = api_versions_retry_version(response, sent_version)
+            if retry is None:
+                raise UnsupportedVersionError(
+                    f"node {self.node_id} refused ApiVersions (error {response.error_code})"
+                )
+            version = retry
+        raise UnsupportedVersionError(f"node {self.node_id}: ApiVersions negotiation failed")
+
+    async def exchange_raw(self, frame: bytes | bytearray) -> Struct:
+        """Write one framed request and read its response before the read loop runs.
+
+        Used during the handshake (ApiVersions, SASL), when nothing else is in flight.
+        """
+        reader, writer = self._reader, self._writer
+        if reader is None or writer is None:
+            raise KafkaConnectionError(f"node {self.node_id}: not connected")
+        writer.write(frame)
+        await writer.drain()
+        while True:
+            data = await reader.read(READ_CHUNK_BYTES)
+            if not data:
+                raise KafkaConnectionError(f"node {self.node_id} closed the connection")
+            responses = self.protocol.receive_data(data)
+            if responses:
+                return responses[0].body
+
+    async def handshake_request(self, request: Struct) -> Struct:
+        """Send one request and await its response during the handshake."""
+        _, frame = self.protocol.send(request)
+        return await self.exchange_raw(frame)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests written and not answered yet."""
+        return len(self._pending)
+
+    @property
+    def can_send(self) -> bool:
+        """Open, under the in-flight limit, and not backed up in the socket buffer."""
+        writer = self._writer
+        if not self.ready or writer is None or len(self._pending) >= self.max_in_flight:
+            return False
+        return writer.transport.get_write_buffer_size() < WRITE_BUFFER_HIGH_BYTES
+
+    @property
+    def oldest_deadline_ms(self) -> int | None:
+        """The earliest request deadline among unanswered requests."""
+        for pending in self._pending.values():
+            return pending.deadline_ms  # dicts keep insertion order: the first is oldest
+        return None
+
+    def send(
+        self,
+        request: Struct,
+        handler: ResponseHandler | None,
+        *,
+        deadline_ms: int,
+        expect_response: bool = True,
+    ) -> None:
+        """Write a request now; ``handler(body, None)`` or ``handler(None, error)`` follows.
+
+        Raises:
+            KafkaConnectionError: the connection is not open.
+        """
+        writer = self._writer
+        if not self.ready or writer is None or writer.is_closing():
+            reason = f" ({self.closed_error})" if self.closed_error is not None else ""
+            raise KafkaConnectionError(f"node {self.node_id}: connection is not open{reason}")
+        correlation_id, frame = self.protocol.send(request, expect_response=expect_response)
+        if expect_response:
+            self._pending[correlation_id] = _Pending(handler, deadline_ms)
+        writer.write(frame)
+
+    async def request(self, request: Struct, timeout_s: float) -> Struct:
+        """Send a request and await its response body.
+
+        Raises:
+            KafkaConnectionError: the connection broke or was closed.
+            RequestTimeoutError: no answer within ``timeout_s``.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Struct] = loop.create_future()
+
+        def on_response(body: Struct | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            elif body is not None:
+                future.set_result(body)
+
+        deadline_ms = int((time.monotonic() + timeout_s) * 1000)
+        self.send(request, on_response, deadline_ms=deadline_ms)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            error = RequestTimeoutError(
+                f"node {self.node_id} did not answer {type(request).__name__} "
+                f"within {timeout_s * 1000:.0f} ms"
+            )
+            self.close(error)
+            raise error from None
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def run_reader(self) -> None:
+        """Read responses until the connection closes; then fail what is still pending.
+
+        Returns normally when the connection ends for a network or protocol reason (the
+        pending requests get the error); other exceptions (a bug in a handler) propagate.
+        """
+        reader = self._reader
+        if reader is None:
+            return
+        error: BaseException | None = None
+        try:
+            while True:
+                data = await reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    error = KafkaConnectionError(f"node {self.node_id} closed the connection")
+                    break
+                for response in self.protocol.receive_data(data):
+                    pending = self._pending.pop(response.correlation_id, None)
+                    if pending is not None and pending.handler is not None:
+                        pending.handler(response.body, None)
+        except ProtocolError as exc:
+            error = exc
+            log.warning("protocol error, closing", node=self.node_id, error=str(exc))
+        except OSError as exc:
+            error = KafkaConnectionError(f"node {self.node_id}: {exc}")
+        finally:
+            self.close(error or KafkaConnectionError(f"node {self.node_id}: connection closed"))
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def check_timeouts(self, now_ms: int) -> bool:
+        """Close the connection if its oldest request is past its deadline; True if closed.
+
+        A broker that does not answer one request in time will not answer the ones behind it
+        either (it answers in order), so the whole connection goes, as in the Java client.
+        """
+        oldest = self.oldest_deadline_ms
+        if oldest is None or now_ms < oldest:
+            return False
+        self.close(
+            RequestTimeoutError(
+                f"node {self.node_id} did not answer a request in time "
+                f"({len(self._pending)} request(s) in flight); disconnecting"
+            )
+        )
+        return True
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close now; every unanswered request's handler gets ``error``."""
+        if self.closed_error is not None:
+            return
+        self.closed_error = error or KafkaConnectionError(f"node {self.node_id}: closed")
+        self.ready = False
+        self._abort()
+        pending = list(self._pending.values())
+        self._pending.clear()
+        self.protocol.fail_pending()
+        failure = self.closed_error
+        if not isinstance(failure, KafkaError):
+            failure = KafkaConnectionError(f"node {self.node_id}: {failure}")
+        for entry in pending:
+            if entry.handler is not None:
+                entry.handler(None, failure)
+
+    def _abort(self) -> None:
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            writer.transport.abort()

@@ -1,0 +1,293 @@
+"""ConnectionPool: at most one connection per broker, opened on demand, with reconnect backoff.
+
+The sender asks for connections synchronously (:meth:`ConnectionPool.ready_connection`): a
+broker that is not connected yet gets a connection attempt started in the background, and the
+sender moves on to other brokers instead of waiting; the attempt's outcome wakes the sender.
+Callers that must wait (metadata, InitProducerId) await :meth:`ConnectionPool.connection`.
+
+Bootstrap addresses act as nodes with negative ids (-1, -2, ...) until metadata names the real
+brokers, as in the Java client. Failed attempts back off exponentially between
+``reconnect_backoff_ms`` and ``reconnect_backoff_max_ms``.
+
+Each connection's task (open, then read until closed) runs in the producer's task group via
+the ``spawn`` function the pool is given, so no connection outlives the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from aiokprod.errors import KafkaConnectionError
+from aiokprod.logs import get_logger
+from aiokprod.net.connection import Authenticator, BrokerConnection
+
+log = get_logger("aiokprod.net")
+
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+_JITTER = 0.2
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ConnectionPool:
+    """Connections to the brokers of one cluster.
+
+    Args:
+        bootstrap: (host, port) pairs to start from.
+        spawn: starts a background coroutine function in the owner's task group.
+        client_id: request header client id.
+        software_version: reported in ApiVersions.
+        max_in_flight: unanswered requests per connection.
+        setup_timeout_ms: connect + handshake bound.
+        reconnect_backoff_ms: first wait after a failed attempt.
+        reconnect_backoff_max_ms: the longest wait between attempts.
+        on_change: called when a connection opens, fails or closes (wakes the sender).
+        on_disconnect: called with the node id when an open connection closes.
+        ssl_context: TLS for every connection, or None.
+        authenticate: runs on each new connection after ApiVersions (SASL).
+    """
+
+    def __init__(
+        self,
+        bootstrap: Sequence[tuple[str, int]],
+        *,
+        spawn: Spawn,
+        client_id: str,
+        software_version: str,
+        max_in_flight: int,
+        setup_timeout_ms: int,
+        reconnect_backoff_ms: int,
+        reconnect_backoff_max_ms: int,
+        on_change: Callable[[], None] = lambda: None,
+        on_disconnect: Callable[[int], None] = lambda node_id: None,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticate: Authenticator | None = None,
+    ) -> None:
+        self._spawn = spawn
+        self._client_id = client_id
+        self._software_version = software_version
+        self._max_in_flight = max_in_flight
+        self._setup_timeout_s = setup_timeout_ms / 1000
+        self._backoff_ms = reconnect_backoff_ms
+        self._backoff_max_ms = reconnect_backoff_max_ms
+        self._on_change = on_change
+        self._on_disconnect = on_disconnect
+        self._ssl = ssl_context
+        self._authenticate = authenticate
+        self._bootstrap = {-(i + 1): addr for i, addr in enumerate(bootstrap)}
+        self._nodes: dict[int, tuple[str, int]] = dict(self._bootstrap)
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
+        self._failures: dict[int, int] = {}
+        self._next_attempt_ms: dict[int, int] = {}
+        self.last_error: dict[int, BaseException] = {}
+        self._closed = False
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def update_nodes(self, brokers: dict[int, tuple[str, int]]) -> None:
+        """Adopt the brokers from metadata; connections to moved or removed brokers close."""
+        for node_id, conn in list(self._connections.items()):
+            if node_id >= 0 and brokers.get(node_id) != (conn.host, conn.port):
+                conn.close(KafkaConnectionError(f"node {node_id} left the cluster or moved"))
+        self._nodes = dict(self._bootstrap)
+        self._nodes.update(brokers)
+
+    def known_nodes(self) -> list[int]:
+        """Broker ids from metadata, or bootstrap ids before metadata arrived."""
+        real = [n for n in self._nodes if n >= 0]
+        return real or list(self._bootstrap)
+
+    # --- getting connections ----------------------------------------------------------------
+
+    def ready_connection(self, node_id: int, now_ms: int) -> BrokerConnection | None:
+        """The node's open connection, or None (an attempt is started if allowed)."""
+        conn = self._connections.get(node_id)
+        if conn is not None and conn.ready:
+            return conn
+        self._maybe_connect(node_id, now_ms)
+        return None
+
+    def is_connected(self, node_id: int) -> bool:
+        """Whether the node has an open connection."""
+        conn = self._connections.get(node_id)
+        return conn is not None and conn.ready
+
+    def connection_delay_ms(self, node_id: int, now_ms: int) -> int:
+        """How long until a new attempt to ``node_id`` may start (0 if now or connecting)."""
+        if node_id in self._connecting:
+            return 0
+        return max(0, self._next_attempt_ms.get(node_id, 0) - now_ms)
+
+    async def connection(self, node_id: int, timeout_s: float) -> BrokerConnection:
+        """Await an open connection to ``node_id`` (waiting out backoff if needed).
+
+        Raises:
+            KafkaConnectionError: the attempt failed or the timeout passed.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            conn = self._connections.get(node_id)
+            if conn is not None and conn.ready:
+                return conn
+            if self._closed:
+                raise KafkaConnectionError("connection pool is closed")
+            now_ms = _now_ms()
+            wait_ms = self.connection_delay_ms(node_id, now_ms)
+            if wait_ms:
+                if time.monotonic() + wait_ms / 1000 > deadline:
+                    raise self._unreachable(node_id)
+                await asyncio.sleep(wait_ms / 1000)
+                continue
+            future = self._maybe_connect(node_id, now_ms)
+            if future is None:
+                raise self._unreachable(node_id)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._unreachable(node_id)
+            try:
+                async with asyncio.timeout(remaining):
+                    return await asyncio.shield(future)
+            except TimeoutError:
+                raise self._unreachable(node_id) from None
+
+    def _unreachable(self, node_id: int) -> KafkaConnectionError:
+        host, port = self._nodes.get(node_id, ("?", 0))
+        last = self.last_error.get(node_id)
+        reason = f": {last}" if last else ""
+        return KafkaConnectionError(f"node {node_id} at {host}:{port} is unreachable{reason}")
+
+    def least_loaded_node(self, now_ms: int) -> int | None:
+        """A node for a metadata-type request, or None if every node is backing off.
+
+        Prefers a connected node with the fewest requests in flight, then any node that may
+        be connected now.
+        """
+        best: int | None = None
+        best_load = 2**31
+        for node_id in self.known_nodes():
+            conn = self._connections.get(node_id)
+            if conn is not None and conn.ready and conn.in_flight < best_load:
+                best, best_load = node_id, conn.in_flight
+        if best is not None:
+            return best
+        candidates = [n for n in self.known_nodes() if self.connection_delay_ms(n, now_ms) == 0]
+        if not candidates and self._nodes is not self._bootstrap:
+            candidates = [n for n in self._bootstrap if self.connection_delay_ms(n, now_ms) == 0]
+        return random.choice(candidates) if candidates else None
+
+    def next_attempt_delay_ms(self, now_ms: int) -> int:
+        """The shortest wait until some node may be tried again."""
+        delays = [self.connection_delay_ms(n, now_ms) for n in self.known_nodes()]
+        return min(delays, default=0)
+
+    def _maybe_connect(self, node_id: int, now_ms: int) -> asyncio.Future[BrokerConnection] | None:
+        if self._closed:
+            return None
+        future = self._connecting.get(node_id)
+        if future is not None:
+            return future
+        if self._next_attempt_ms.get(node_id, 0) > now_ms:
+            return None
+        address = self._nodes.get(node_id)
+        if address is None:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        self._connecting[node_id] = future
+        host, port = address
+        conn = BrokerConnection(
+            node_id,
+            host,
+            port,
+            client_id=self._client_id,
+            max_in_flight=self._max_in_flight,
+            software_version=self._software_version,
+            ssl_context=self._ssl,
+        )
+
+        async def connect_and_read() -> None:
+            await self._run_connection(conn, future)
+
+        self._spawn(connect_and_read)
+        return future
+
+    async def _run_connection(
+        self, conn: BrokerConnection, future: asyncio.Future[BrokerConnection]
+    ) -> None:
+        node_id = conn.node_id
+        try:
+            await conn.open(self._setup_timeout_s, self._authenticate)
+        except Exception as exc:
+            self._connecting.pop(node_id, None)
+            self._record_failure(node_id, exc)
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved: nobody may be waiting on it
+            self._on_change()
+            return
+        except BaseException:
+            self._connecting.pop(node_id, None)
+            if not future.done():
+                future.cancel()
+            raise
+        self._connecting.pop(node_id, None)
+        self._failures.pop(node_id, None)
+        self._next_attempt_ms.pop(node_id, None)
+        self.last_error.pop(node_id, None)
+        self._connections[node_id] = conn
+        if not future.done():
+            future.set_result(conn)
+        log.debug("connected", node=node_id, host=conn.host, port=conn.port)
+        self._on_change()
+        try:
+            await conn.run_reader()
+        finally:
+            if self._connections.get(node_id) is conn:
+                del self._connections[node_id]
+            # Reconnecting right away is fine, but not in a tight loop if it keeps dropping.
+            self._next_attempt_ms[node_id] = _now_ms() + self._backoff_ms
+            if not self._closed:
+                self._on_disconnect(node_id)
+                self._on_change()
+
+    def _record_failure(self, node_id: int, exc: BaseException) -> None:
+        failures = self._failures.get(node_id, 0) + 1
+        self._failures[node_id] = failures
+        base = min(self._backoff_ms * 2 ** min(failures - 1, 30), self._backoff_max_ms)
+        wait = int(base * random.uniform(1 - _JITTER, 1 + _JITTER))
+        self._next_attempt_ms[node_id] = _now_ms() + min(wait, self._backoff_max_ms)
+        self.last_error[node_id] = exc
+        log.debug("connect failed", node=node_id, error=str(exc), failures=failures)
+
+    # --- timeouts and closing ---------------------------------------------------------------
+
+    def check_request_timeouts(self, now_ms: int) -> int | None:
+        """Close connections whose oldest request is overdue; the next deadline, if any."""
+        next_deadline: int | None = None
+        for conn in list(self._connections.values()):
+            if conn.check_timeouts(now_ms):
+                continue
+            deadline = conn.oldest_deadline_ms
+            if deadline is not None and (next_deadline is None or deadline < next_deadline):
+                next_deadline = deadline
+        return next_deadline
+
+    def in_flight_requests(self) -> int:
+        """Unanswered requests over all connections."""
+        return sum(conn.in_flight for conn in self._connections.values())
+
+    def close_all(self, error: BaseException | None = None) -> None:
+        """Close every connection (their read tasks then end); no new ones open."""
+        self._closed = True
+        for conn in list(self._connections.values()):
+            conn.close(error or KafkaConnectionError("producer closed the connection"))
+        for future in self._connecting.values():
+            if not future.done():
+                future.cancel()

@@ -1,0 +1,568 @@
+"""Producer: the public, asyncio-native Kafka producer.
+
+::
+
+    async with Producer("127.0.0.1:9092") as producer:
+        delivery = await producer.send("events", b"payload", key=b"user-1")
+        metadata = await delivery        # RecordMetadata(topic, partition, offset, ...)
+
+``send()`` returns once the record is in the producer's buffer; the returned
+:class:`DeliveryFuture` resolves when the broker acknowledges it. The producer owns one root
+task; inside it a task group runs the sender loop and one read task per broker connection, so
+nothing outlives :meth:`Producer.close` and a crash of any of them fails every pending record
+instead of leaving it hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from aiokprod import __version__
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    ProducerCrashedError,
+    RecordTooLargeError,
+)
+from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.backoff import monotonic_ms, wall_clock_ms
+from aiokprod.internals.batch import DeliveryFuture
+from aiokprod.internals.budget import ByteBudget
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.metadata import MetadataState, TopicInfo
+from aiokprod.internals.metadata_fetcher import MetadataFetcher
+from aiokprod.internals.partitioner import PartitionChooser
+from aiokprod.internals.sender import Sender
+from aiokprod.internals.serialization import apply_serializer, serialize_headers, to_bytes
+from aiokprod.internals.stats import ProducerStats
+from aiokprod.logs import get_logger
+from aiokprod.net.pool import ConnectionPool
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, record_size_upper_bound
+from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
+
+log = get_logger("aiokprod.producer")
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    CRASHED = "crashed"
+
+
+class Producer:
+    """An asyncio Kafka producer with the Java client's guarantees and defaults.
+
+    Args:
+        bootstrap_servers: ``"host:port"``, a comma-separated list, or a list of them.
+        config: a prepared :class:`ProducerConfig` instead of keyword options.
+        **options: producer options (``linger_ms=5``, ``acks="all"``, ...); see
+            docs/configuration.md. Unknown names, wrong types and impossible combinations
+            raise :class:`~aiokprod.errors.ConfigError` here.
+
+    Use it as ``async with Producer(...) as p:`` or call :meth:`start` and :meth:`close`.
+    A producer belongs to the event loop it was started on.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        config: ProducerConfig | None = None,
+        **options: Any,
+    ) -> None:
+        if config is not None:
+            if bootstrap_servers is not None or options:
+                raise IllegalStateError("pass either config= or options, not both")
+            self._config = config
+        else:
+            self._config = ProducerConfig.from_options(bootstrap_servers, **options)
+        cfg = self._config
+        self._state = _State.NEW
+        self._stats = ProducerStats()
+        self._budget = ByteBudget(cfg.buffer_memory)
+        self._acc = RecordAccumulator(
+            batch_size=cfg.batch_size,
+            linger_ms=cfg.linger_ms,
+            delivery_timeout_ms=cfg.delivery_timeout_ms,
+            budget=self._budget,
+            keep_handles=bool(cfg.interceptors),
+        )
+        self._metadata = MetadataState(
+            cfg.metadata_max_age_ms, cfg.metadata_max_idle_ms, cfg.retry_backoff_ms
+        )
+        self._partitions = PartitionChooser(
+            cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys
+        )
+        self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        self._interceptors = cfg.interceptors
+        self._max_block_s = cfg.max_block_ms / 1000
+        self._record_limit = min(cfg.max_request_size, cfg.buffer_memory)
+        self._sender: Sender | None = None
+        self._fetcher: MetadataFetcher | None = None
+        self._pool: ConnectionPool | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._crash: ProducerCrashedError | None = None
+        self._closed_error: KafkaError = ProducerClosedError("the producer is closed")
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The validated options this producer runs with."""
+        return self._config
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the background sender. It does not wait for the cluster to be reachable.
+
+        Brokers that are down at start are retried; ``send()`` waits up to
+        ``max_block_ms`` for the metadata of its topic.
+
+        Raises:
+            IllegalStateError: already started, or closed.
+        """
+        if self._state is not _State.NEW:
+            raise IllegalStateError(f"start() on a producer that is {self._state.value}")
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
+        await ready
+        self._state = _State.RUNNING
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        """The producer's root task: one task group holding every background task."""
+        cfg = self._config
+        try:
+            async with anyio.create_task_group() as tg:
+
+                def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+                    tg.start_soon(fn)
+
+                def wake() -> None:
+                    if self._sender is not None:
+                        self._sender.wakeup()
+
+                def on_disconnect(node_id: int) -> None:
+                    self._metadata.request_update()
+
+                self._pool = ConnectionPool(
+                    cfg.bootstrap_servers,
+                    spawn=spawn,
+                    client_id=cfg.client_id,
+                    software_version=__version__,
+                    max_in_flight=cfg.max_in_flight_requests_per_connection,
+                    setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+                    reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+                    reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+                    on_change=wake,
+                    on_disconnect=on_disconnect,
+                )
+                self._fetcher = MetadataFetcher(
+                    self._metadata,
+                    self._pool,
+                    spawn,
+                    request_timeout_ms=cfg.request_timeout_ms,
+                    allow_auto_create_topics=cfg.allow_auto_create_topics,
+                    on_update=wake,
+                )
+                self._sender = Sender(
+                    cfg,
+                    self._acc,
+                    self._metadata,
+                    self._fetcher,
+                    self._pool,
+                    self._idempotence,
+                    spawn,
+                    self._stats,
+                )
+                tg.start_soon(self._sender.run)
+                ready.set_result(None)
+                await self._sender.wait_stopped()
+                self._pool.close_all()
+                tg.cancel_scope.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+                return
+            if isinstance(exc, asyncio.CancelledError) and self._state is _State.CLOSED:
+                return
+            self._on_crash(exc)
+
+    def _on_crash(self, exc: BaseException) -> None:
+        error = ProducerCrashedError(f"the producer's background task stopped: {exc!r}")
+        error.__cause__ = exc
+        self._crash = error
+        self._state = _State.CRASHED
+        log.error("producer crashed", error=repr(exc))
+        self._fail_waiting(error)
+        if self._sender is not None:
+            self._sender.fail_all(error)
+        if self._pool is not None:
+            self._pool.close_all(error)
+
+    def _fail_waiting(self, error: KafkaError) -> None:
+        self._budget.fail_waiters(error)
+        if self._fetcher is not None:
+            self._fetcher.fail_waiters(error)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting records, deliver the ones accepted, and stop.
+
+        Args:
+            timeout: seconds to wait for delivery; None waits as long as it takes (each
+                record is bounded by ``delivery_timeout_ms`` anyway); 0 gives up at once.
+                Records still undelivered when it passes fail with ProducerClosedError.
+
+        Raises:
+            ProducerCrashedError: the background task had crashed (its records already
+                failed with this error).
+
+        Cancellation:
+            Closing is shielded: a cancelled caller still leaves the producer closed, with
+            every record delivered or failed.
+        """
+        if self._state in (_State.NEW, _State.CLOSED):
+            self._state = _State.CLOSED
+            return
+        if self._state is _State.CLOSING:
+            runner = self._runner
+            if runner is not None:
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait([runner])
+            return
+        crashed = self._state is _State.CRASHED
+        if not crashed:
+            self._state = _State.CLOSING
+        sender = self._sender
+        self._fail_waiting(ProducerClosedError("the producer was closed while this send waited"))
+        with anyio.CancelScope(shield=True):
+            if sender is not None and not crashed:
+                sender.stop()
+                if timeout is None or timeout > 0:
+                    with anyio.move_on_after(timeout):
+                        await sender.wait_stopped()
+                pending = self._acc.incomplete_batches()
+                if pending:
+                    records = sum(b.record_count for b in pending)
+                    sender.stop(
+                        ProducerClosedError(
+                            f"the producer was closed before {records} record(s) were "
+                            f"acknowledged (close timeout {timeout} s)"
+                        )
+                    )
+                await sender.wait_stopped()
+            runner = self._runner
+            if runner is not None and not runner.done():
+                self._state = _State.CLOSED
+                if self._pool is not None:
+                    self._pool.close_all()
+                await asyncio.wait([runner])
+        self._state = _State.CLOSED
+        if crashed and self._crash is not None:
+            raise self._crash
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> DeliveryFuture:
+        """Queue a record; returns a future that resolves when the broker acknowledges it.
+
+        Args:
+            topic: the topic.
+            value: the value (bytes/str by default; anything ``value_serializer`` takes).
+            key: the key; keyed records go to the partition the Java client would pick.
+            partition: a partition to use instead of the partitioner's choice.
+            timestamp_ms: the record's create time (default: now).
+            headers: ``(str, bytes | None)`` pairs.
+
+        Returns:
+            A :class:`DeliveryFuture`; await it for :class:`RecordMetadata`.
+
+        Raises:
+            ProducerClosedError: the producer is not started, closing or closed.
+            MetadataTimeoutError: the topic (or partition) is not known within
+                ``max_block_ms``.
+            BufferExhaustedError: no room in ``buffer_memory`` within ``max_block_ms``.
+            RecordTooLargeError: the record exceeds ``max_request_size`` or
+                ``buffer_memory``.
+            SerializationError: key, value or headers cannot be serialized.
+            InvalidArgumentError: a bad partition or timestamp.
+
+        Cancellation:
+            If cancelled before it returns, the record was not queued. Once it has returned
+            the record will be delivered or fail on its own; cancelling whoever awaits the
+            returned future does not stop it.
+        """
+        if not self._running():
+            raise self._not_running()
+        if self._interceptors:
+            topic, value, key, partition, timestamp_ms, headers = self._on_send(
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            )
+        info = self._metadata.snapshot.topics.get(topic)
+        started = 0.0
+        if info is None or (partition is not None and partition >= info.num_partitions):
+            if type(topic) is not str or not topic:
+                raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
+            started = time.monotonic()
+            fetcher = self._fetcher
+            if fetcher is None:  # pragma: no cover - set before RUNNING
+                raise self._not_running()
+            info = await fetcher.wait_for_topic(
+                topic, partition, self._max_block_s, self._config.max_block_ms
+            )
+            if not self._running():
+                raise self._not_running()
+        key_bytes = (
+            apply_serializer(self._key_serializer, key, "key")
+            if self._key_serializer is not None
+            else to_bytes(key, "key")
+        )
+        value_bytes = (
+            apply_serializer(self._value_serializer, value, "value")
+            if self._value_serializer is not None
+            else to_bytes(value, "value")
+        )
+        header_bytes = serialize_headers(headers) if headers else None
+        key_size = len(key_bytes) if key_bytes is not None else -1
+        value_size = len(value_bytes) if value_bytes is not None else -1
+        size = BATCH_HEADER_SIZE + record_size_upper_bound(
+            max(key_size, 0), max(value_size, 0), len(header_bytes) if header_bytes else 1
+        )
+        if size > self._record_limit:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, larger than max_request_size "
+                f"({self._config.max_request_size}) or buffer_memory "
+                f"({self._config.buffer_memory})"
+            )
+        if timestamp_ms is None:
+            timestamp_ms = wall_clock_ms()
+        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+            raise InvalidArgumentError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
+        elif timestamp_ms < 0:
+            raise InvalidArgumentError(f"timestamp_ms must not be negative: {timestamp_ms}")
+        sticky = None
+        if partition is None:
+            partition, sticky = self._partitions.choose(
+                topic, key_bytes, info.num_partitions, info.available
+            )
+        elif isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+        tp = TopicPartition(topic, partition)
+        acc = self._acc
+        appended = acc.try_append(tp, timestamp_ms, key_bytes, value_bytes, header_bytes)
+        if appended is None:
+            appended = await self._append_new_batch(
+                tp, timestamp_ms, key_bytes, value_bytes, header_bytes, started
+            )
+            new_batch = True
+        else:
+            new_batch = False
+        batch, index = appended
+        if sticky is not None:
+            grown = size - BATCH_HEADER_SIZE if not new_batch else size
+            sticky.on_append(grown, acc.last_batch_full(tp), info.num_partitions, info.available)
+        handle = DeliveryFuture(batch.result, index, tp, timestamp_ms, key_size, value_size)
+        if batch.handles is not None:
+            batch.handles.append(handle)
+        if new_batch or batch.is_full:
+            sender = self._sender
+            if sender is not None:
+                sender.wakeup()
+        return handle
+
+    async def _append_new_batch(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None,
+        started: float,
+    ) -> tuple[Any, int]:
+        # A checkpoint once per batch (not per record): lets the sender run between batches
+        # of a tight send loop. Nothing is queued yet, so cancellation here loses nothing.
+        await asyncio.sleep(0)
+        if not self._running():
+            raise self._not_running()
+        if self._sender is not None and self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
+        acc = self._acc
+        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is not None:
+            return appended
+        need = acc.new_batch_size(key, value, headers)
+        if not self._budget.try_reserve(need):
+            spent = time.monotonic() - started if started else 0.0
+            if self._sender is not None:
+                self._sender.wakeup()  # memory is short: drain everything now
+            await self._budget.reserve(need, max(self._max_block_s - spent, 0.0))
+            if not self._running():
+                self._budget.release(need)
+                raise self._not_running()
+        return acc.append_new_batch(tp, timestamp_ms, key, value, headers, monotonic_ms(), need)
+
+    def _on_send(
+        self, record: ProducerRecord
+    ) -> tuple[str, Any, Any, int | None, int | None, Sequence[Header] | None]:
+        for interceptor in self._interceptors:
+            try:
+                changed = interceptor.on_send(record)
+                if isinstance(changed, ProducerRecord):
+                    record = changed
+            except Exception:
+                log.exception("interceptor on_send raised", interceptor=repr(interceptor))
+        return (
+            record.topic,
+            record.value,
+            record.key,
+            record.partition,
+            record.timestamp_ms,
+            record.headers,
+        )
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement.
+
+        The record's batch does not wait out ``linger_ms``: it is sent as soon as the
+        sender runs, together with whatever other records joined it meanwhile (see
+        docs/design.md, "send_and_wait and linger").
+
+        Raises:
+            KafkaError: as :meth:`send`, or the error the record failed with.
+
+        Cancellation:
+            As :meth:`send`: once queued, the record is delivered even if this call is
+            cancelled while waiting for the acknowledgement.
+        """
+        delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        if not delivery.done():
+            self._acc.expedite(delivery.tp)
+            if self._sender is not None:
+                self._sender.wakeup()
+        return await delivery
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now, and wait until all of it is acknowledged or failed.
+
+        Records that fail do not make flush raise; their futures carry the errors.
+
+        Raises:
+            KafkaTimeoutError: not done within ``timeout`` seconds.
+            ProducerClosedError: the producer is not running.
+
+        Cancellation:
+            Cancelling the wait does not cancel the records.
+        """
+        if not self._running():
+            raise self._not_running()
+        acc = self._acc
+        batches = acc.incomplete_batches()
+        acc.begin_flush()
+        if self._sender is not None:
+            self._sender.wakeup()
+        try:
+            async with asyncio.timeout(timeout):
+                for batch in batches:
+                    await batch.result.wait()
+                await asyncio.sleep(0)
+        except TimeoutError:
+            left = sum(b.record_count for b in batches if not b.result.done)
+            raise KafkaTimeoutError(
+                f"flush did not finish within {timeout} s ({left} record(s) outstanding)"
+            ) from None
+        finally:
+            acc.end_flush()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic``, waiting up to ``max_block_ms`` for metadata.
+
+        Raises:
+            MetadataTimeoutError: the topic is not known within ``max_block_ms``.
+            ProducerClosedError: the producer is not running.
+        """
+        if self._state is not _State.RUNNING or self._fetcher is None:
+            raise self._not_running()
+        info: TopicInfo | None = self._metadata.snapshot.topics.get(topic)
+        if info is None:
+            info = await self._fetcher.wait_for_topic(
+                topic, None, self._max_block_s, self._config.max_block_ms
+            )
+        else:
+            await asyncio.sleep(0)
+        return [p.partition for p in info.partitions]
+
+    def metrics(self) -> dict[str, int | float]:
+        """A snapshot of counters and gauges (names are stable; values are since start)."""
+        stats = self._stats
+        sender = self._sender
+        pool = self._pool
+        return {
+            "records_sent": stats.records_sent,
+            "records_failed": stats.records_failed,
+            "records_retried": stats.records_retried,
+            "batches_sent": stats.batches_sent,
+            "requests_sent": stats.requests_sent,
+            "bytes_sent": stats.bytes_sent,
+            "buffer_total_bytes": self._budget.total,
+            "buffer_available_bytes": self._budget.available,
+            "buffer_waiters": self._budget.waiter_count,
+            "batches_queued": self._acc.queued_batches(),
+            "batches_in_flight": sender.in_flight_batches if sender else 0,
+            "requests_in_flight": pool.in_flight_requests() if pool else 0,
+            "metadata_version": self._metadata.version,
+        }
+
+    def _running(self) -> bool:
+        # A method, not an inline comparison: the state changes across awaits.
+        return self._state is _State.RUNNING
+
+    def _not_running(self) -> KafkaError:
+        if self._state is _State.CRASHED and self._crash is not None:
+            return self._crash
+        if self._state is _State.NEW:
+            return ProducerClosedError("the producer is not started: use 'async with' or start()")
+        if self._sender is not None and self._sender.fatal_error is not None:
+            return self._sender.fatal_error
+        return self._closed_error

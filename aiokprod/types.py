@@ -1,0 +1,83 @@
+"""Small public value types shared by every layer (this module imports nothing of ours)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+#: The offset reported when it is not known (acks=0: the broker sends no answer).
+UNKNOWN_OFFSET = -1
+
+Header = tuple[str, bytes | None]
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record landed, as the broker acknowledged it.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        offset: the record's offset in the partition; ``-1`` (``UNKNOWN_OFFSET``) with
+            acks=0, where the broker sends no acknowledgement.
+        timestamp_ms: the record's timestamp: its create time, or the broker's append time
+            when the topic uses LogAppendTime.
+        serialized_key_size: bytes of the serialized key, -1 for a null key.
+        serialized_value_size: bytes of the serialized value, -1 for a null value.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+    @property
+    def has_offset(self) -> bool:
+        """False when the offset is unknown (acks=0)."""
+        return self.offset != UNKNOWN_OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRecord:
+    """A record as the caller handed it to ``send()``, before serialization.
+
+    Interceptors receive and return these; on the fast path without interceptors none is built.
+    """
+
+    topic: str
+    value: object = None
+    key: object = None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    headers: Sequence[Header] | None = None
+
+
+@runtime_checkable
+class ProducerInterceptor(Protocol):
+    """Hooks around every record, like the Java client's ``ProducerInterceptor``.
+
+    ``on_send`` runs inside ``send()`` before serialization and may return a changed record;
+    ``on_acknowledgement`` runs when the record is acknowledged or fails. Both run on the
+    event loop and must be quick; an exception they raise is logged and otherwise ignored,
+    as in the Java client.
+    """
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        """Called for every record before it is serialized and partitioned."""
+        ...
+
+    def on_acknowledgement(
+        self, metadata: RecordMetadata | None, exception: BaseException | None
+    ) -> None:
+        """Called once per record with its metadata, or the exception it failed with."""
+        ...
