@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 ## demo: start a local Apache Kafka, run the quickstart against it, stop Kafka
 demo: $(STAMP)
-	$(PY) -m aiokprod.testing exec -- $(PY) examples/quickstart.py
+	$(PY) -m aiokprod.testing exec --topic quickstart:6 -- $(PY) examples/quickstart.py
 
 ## test: every test, unit and integration (starts local Kafka brokers itself)
 test: $(STAMP)
