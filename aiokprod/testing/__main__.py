@@ -1,0 +1,269 @@
+"""Command line: ``python -m aiokprod.testing {run,exec,fetch,classpath}``.
+
+* ``run [--nodes N] [--topic NAME:PARTITIONS[:RF]]...`` starts Kafka, prints
+  ``BOOTSTRAP=<address>`` and waits for Ctrl-C or SIGTERM, then stops Kafka cleanly.
+* ``exec [--nodes N] [--topic ...]... -- CMD ARGS...`` starts Kafka, runs CMD with
+  ``KAFKA_BOOTSTRAP_SERVERS`` set, stops Kafka and exits with CMD's exit code.
+* ``fetch`` only downloads the jars (e.g. to warm a CI cache).
+* ``classpath`` prints the Java classpath of the jars (downloading them if needed).
+
+Exit codes: CMD's own for ``exec``; 0 for a clean ``run``; 2 for bad usage; 3 when Kafka
+cannot be fetched or started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from aiokprod.testing.cluster import DEFAULT_STARTUP_TIMEOUT, LocalKafka
+from aiokprod.testing.distribution import download_seconds, ensure_distribution, find_distribution
+from aiokprod.testing.errors import LocalKafkaError
+
+EXIT_KAFKA_FAILED = 3
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create before handing over: ``NAME:PARTITIONS[:RF]``."""
+
+    name: str
+    partitions: int
+    replication_factor: int | None
+
+
+def parse_topic_spec(text: str) -> TopicSpec:
+    """Parse ``NAME``, ``NAME:PARTITIONS`` or ``NAME:PARTITIONS:RF``.
+
+    Raises:
+        argparse.ArgumentTypeError: malformed.
+    """
+    parts = text.split(":")
+    if not parts[0] or len(parts) > 3:
+        raise argparse.ArgumentTypeError(f"expected NAME[:PARTITIONS[:RF]], got {text!r}")
+    try:
+        partitions = int(parts[1]) if len(parts) > 1 else 1
+        rf = int(parts[2]) if len(parts) > 2 else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"PARTITIONS and RF must be integers in {text!r}"
+        ) from None
+    if partitions < 1 or (rf is not None and rf < 1):
+        raise argparse.ArgumentTypeError(f"PARTITIONS and RF must be positive in {text!r}")
+    return TopicSpec(parts[0], partitions, rf)
+
+
+def parse_config_entry(text: str) -> tuple[str, str]:
+    """Parse a ``key=value`` broker setting.
+
+    Raises:
+        argparse.ArgumentTypeError: no ``=`` or empty key.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m aiokprod.testing",
+        description="Run a local Apache Kafka (KRaft, 127.0.0.1) from Maven Central jars.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def add_cluster_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+        sub.add_argument(
+            "--topic",
+            dest="topics",
+            action="append",
+            type=parse_topic_spec,
+            default=[],
+            metavar="NAME:PARTITIONS[:RF]",
+            help="create this topic first (repeatable); RF defaults to min(3, nodes)",
+        )
+        sub.add_argument(
+            "--broker-config",
+            dest="broker_config",
+            action="append",
+            type=parse_config_entry,
+            default=[],
+            metavar="KEY=VALUE",
+            help="server.properties entry for every node (repeatable)",
+        )
+        sub.add_argument(
+            "--startup-timeout",
+            type=float,
+            default=DEFAULT_STARTUP_TIMEOUT,
+            help=f"seconds to wait for the nodes (default {DEFAULT_STARTUP_TIMEOUT:.0f})",
+        )
+
+    run = commands.add_parser("run", help="start Kafka and keep it running until Ctrl-C")
+    add_cluster_options(run)
+    run_cmd = commands.add_parser("exec", help="start Kafka, run a command against it, stop")
+    add_cluster_options(run_cmd)
+    run_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
+    commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    return parser
+
+
+class _Stop(Exception):
+    """Raised from the SIGTERM handler to unwind like Ctrl-C does."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _start(args: argparse.Namespace) -> LocalKafka:
+    if args.nodes < 1:
+        raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
+    kafka = LocalKafka(
+        nodes=args.nodes,
+        broker_config=dict(args.broker_config),
+        startup_timeout=args.startup_timeout,
+    )
+    began = time.monotonic()
+    kafka.start()
+    try:
+        for spec in args.topics:
+            rf = spec.replication_factor or min(3, args.nodes)
+            kafka.create_topic(spec.name, spec.partitions, rf)
+    except BaseException:
+        kafka.stop()
+        raise
+    _info(f"Kafka ({args.nodes} node(s)) ready in {time.monotonic() - began:.1f} s")
+    return kafka
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    kafka = _start(args)
+    try:
+        print(f"BOOTSTRAP={kafka.bootstrap_servers}", flush=True)
+        for node_id, address in kafka.nodes.items():
+            _info(f"node {node_id}: {address.bootstrap} (log: {kafka.log_path(node_id)})")
+        _info("press Ctrl-C to stop")
+        while kafka.is_running:
+            time.sleep(0.5)
+        _info("every Kafka node has exited")
+        return EXIT_KAFKA_FAILED
+    except (KeyboardInterrupt, _Stop):
+        return 0
+    finally:
+        _info("stopping Kafka")
+        _stop_shielded(kafka)
+
+
+def _cmd_exec(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise LocalKafkaError(
+            "exec needs a command: python -m aiokprod.testing exec -- CMD ARGS..."
+        )
+    kafka = _start(args)
+    try:
+        env = {**os.environ, BOOTSTRAP_ENV: kafka.bootstrap_servers}
+        _info(f"{BOOTSTRAP_ENV}={kafka.bootstrap_servers}; running {' '.join(command)}")
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            _info(f"cannot run {command[0]}: {exc}")
+            return 127
+        return _wait_child(child)
+    finally:
+        _stop_shielded(kafka)
+
+
+def _stop_shielded(kafka: LocalKafka) -> None:
+    """Stop Kafka without letting a second Ctrl-C or SIGTERM cut the shutdown short.
+
+    The stop is bounded anyway (SIGKILL after a grace period), and an interrupted stop would
+    leave JVMs and data behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        kafka.stop()
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        kafka.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _wait_child(child: subprocess.Popen[bytes]) -> int:
+    """Wait for the command; pass SIGTERM on, let Ctrl-C reach it by itself.
+
+    Ctrl-C already goes to the whole foreground process group, the command included, so it
+    is only swallowed here; the command decides how to exit and its code is returned.
+    """
+    while True:
+        try:
+            code = child.wait()
+            break
+        except KeyboardInterrupt:
+            continue
+        except _Stop:
+            child.terminate()
+    # A command killed by signal N reports -N; shells report 128 + N.
+    return 128 - code if code < 0 else code
+
+
+def _cmd_fetch() -> int:
+    already = find_distribution() is not None
+    began = time.monotonic()
+    dist = ensure_distribution()
+    if already:
+        _info(f"Kafka {dist.version} jars already cached in {dist.lib_dir}")
+    else:
+        recorded = download_seconds(dist)
+        took = recorded if recorded is not None else time.monotonic() - began
+        _info(f"fetched Kafka {dist.version} jars into {dist.lib_dir} in {took:.1f} s")
+    print(dist.lib_dir, flush=True)
+    return 0
+
+
+def _info(message: str) -> None:
+    print(f"[aiokprod.testing] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C so that ``finally`` blocks stop the brokers; only the main
+    # thread may install handlers (always the case when run with ``python -m``).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "exec":
+            return _cmd_exec(args)
+        if args.command == "fetch":
+            return _cmd_fetch()
+        print(ensure_distribution().classpath, flush=True)
+        return 0
+    except LocalKafkaError as exc:
+        _info(f"error: {exc}")
+        return EXIT_KAFKA_FAILED
+    except (KeyboardInterrupt, _Stop):
+        _info("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

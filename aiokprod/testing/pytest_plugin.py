@@ -1,0 +1,134 @@
+"""pytest plugin: a real local Apache Kafka for integration tests.
+
+Enable it with ``pytest_plugins = ["aiokprod.testing.pytest_plugin"]`` in a ``conftest.py``.
+
+Fixtures:
+
+* ``kafka`` (session): one node, started on first use, shared by every test.
+* ``kafka_cluster`` (session): three nodes (RF 3, ``min.insync.replicas=2``), started only
+  if a test asks for it. A test that stops or kills a node must start it again.
+* ``new_topic`` (function): ``new_topic(partitions=1, rf=1, config=None) -> str`` creates a
+  uniquely named topic on ``kafka`` and returns its name.
+* ``new_cluster_topic`` (function): the same on ``kafka_cluster``, with ``rf=3`` by default.
+
+Tests that use the single broker are marked ``broker``, tests that use the cluster
+``cluster`` (``pytest -m "not broker and not cluster"`` runs without Java).
+
+If Kafka cannot be fetched or started (no Java, no Maven, a broker that dies), the tests
+that need it are *skipped* with the reason on a developer machine, and *fail* with the full
+error when ``CI=true``: CI must never go green by skipping its integration tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+import pytest
+
+from aiokprod.testing.cluster import LocalKafka
+from aiokprod.testing.errors import LocalKafkaError
+
+_BROKER_FIXTURES = frozenset({"kafka", "new_topic"})
+_CLUSTER_FIXTURES = frozenset({"kafka_cluster", "new_cluster_topic"})
+_UNSAFE_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
+
+
+class NewTopic(Protocol):
+    """The callable the ``new_topic`` and ``new_cluster_topic`` fixtures return."""
+
+    def __call__(
+        self, partitions: int = 1, rf: int | None = None, config: Mapping[str, str] | None = None
+    ) -> str:
+        """Create a uniquely named topic, wait until it has leaders, return its name."""
+        ...
+
+
+def in_ci() -> bool:
+    """Whether the ``CI`` environment variable is ``true`` (any case)."""
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def unique_topic_name(test_name: str) -> str:
+    """A topic name derived from a test's name plus a random suffix, always valid for Kafka."""
+    stem = _UNSAFE_TOPIC_CHARS.sub("-", test_name).strip("-")[:60] or "test"
+    return f"{stem}-{uuid.uuid4().hex[:10]}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the markers, so that the plugin also works without the project's pyproject."""
+    config.addinivalue_line("markers", "broker: needs the session-wide local Apache Kafka broker")
+    config.addinivalue_line("markers", "cluster: needs the local 3-node Apache Kafka cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test by the Kafka it needs, judged from the fixtures it requests."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _BROKER_FIXTURES:
+            item.add_marker(pytest.mark.broker)
+        if names & _CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+
+
+def _start_or_give_up(nodes: int) -> LocalKafka:
+    """Start Kafka, or skip (fail under ``CI=true``) the requesting tests.
+
+    A session fixture that raises is not retried: pytest re-raises the same outcome for every
+    later test, so a broken environment costs one start attempt, not one per test.
+    """
+    try:
+        return LocalKafka(nodes=nodes).start()
+    except LocalKafkaError as exc:
+        what = "a local Kafka node" if nodes == 1 else f"a local {nodes}-node Kafka cluster"
+        message = f"could not start {what}: {exc}"
+    # Outside the except block, so the report shows the message, not a chained traceback.
+    if in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[LocalKafka]:
+    """One local Kafka node shared by the whole test session."""
+    instance = _start_or_give_up(1)
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[LocalKafka]:
+    """A local 3-node Kafka cluster shared by the whole test session."""
+    instance = _start_or_give_up(3)
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+def _topic_factory(kafka: LocalKafka, request: pytest.FixtureRequest, default_rf: int) -> NewTopic:
+    def make(
+        partitions: int = 1, rf: int | None = None, config: Mapping[str, str] | None = None
+    ) -> str:
+        name = unique_topic_name(request.node.name)
+        kafka.create_topic(name, partitions, rf if rf is not None else default_rf, config)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def new_topic(kafka: LocalKafka, request: pytest.FixtureRequest) -> NewTopic:
+    """Factory of fresh topics on the single-node ``kafka`` (replication factor 1)."""
+    return _topic_factory(kafka, request, default_rf=1)
+
+
+@pytest.fixture
+def new_cluster_topic(kafka_cluster: LocalKafka, request: pytest.FixtureRequest) -> NewTopic:
+    """Factory of fresh topics on ``kafka_cluster`` (replication factor 3 by default)."""
+    return _topic_factory(kafka_cluster, request, default_rf=3)
