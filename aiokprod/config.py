@@ -129,7 +129,8 @@ def _build(bootstrap_servers: object, options: dict[str, Any]) -> ProducerConfig
     if "acks" in options:
         acks = options.pop("acks")
         key = acks.lower() if isinstance(acks, str) else acks
-        if isinstance(key, bool) or key not in _ACKS:
+        # 1.0 == 1 would find a dict entry: only ints and strs are acks values.
+        if isinstance(key, bool) or not isinstance(key, int | str) or key not in _ACKS:
             raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
         values["acks"] = _ACKS[key]
     if "compression_type" in options:

@@ -77,7 +77,11 @@ class ByteBudget:
                 f"a batch of {size} bytes can never fit in buffer_memory={self.total}"
             )
         if self.try_reserve(size):
-            await asyncio.sleep(0)  # a checkpoint, as every public await promises
+            try:
+                await asyncio.sleep(0)  # a checkpoint, as every public await promises
+            except BaseException:
+                self.release(size)  # cancelled at the checkpoint: keep nothing reserved
+                raise
             return
         loop = asyncio.get_running_loop()
         waiter = _Waiter(size, loop.create_future())
