@@ -101,7 +101,10 @@ class Producer:
             keep_handles=bool(cfg.interceptors),
         )
         self._metadata = MetadataState(
-            cfg.metadata_max_age_ms, cfg.metadata_max_idle_ms, cfg.retry_backoff_ms
+            cfg.metadata_max_age_ms,
+            cfg.metadata_max_idle_ms,
+            cfg.retry_backoff_ms,
+            cfg.retry_backoff_max_ms,
         )
         self._partitions = PartitionChooser(
             cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys

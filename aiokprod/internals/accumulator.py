@@ -246,11 +246,13 @@ class RecordAccumulator:
                 continue
             if can_drain is not None and not can_drain(first):
                 continue
-            closed = first.close()
-            if ready and size + closed.size_in_bytes > max_request_bytes:
+            # The open batch's size is its uncompressed size: an upper bound of what it
+            # will take once closed, so the check never closes a batch it cannot take.
+            if ready and size + first.size_in_bytes > max_request_bytes:
                 # Resume from this partition next time so it is not skipped twice.
                 self._drain_start[node] = (start + i) % count
                 return ready
+            closed = first.close()
             dq.popleft()
             if not dq:
                 del self._queues[tp]

@@ -105,7 +105,10 @@ class BatchResult:
     def add_callback(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` when the batch completes (at once if it has)."""
         if self.done:
-            callback()
+            try:
+                callback()
+            except Exception:  # same treatment as callbacks run at completion
+                log.exception("delivery callback raised")
             return
         if self._callbacks is None:
             self._callbacks = []

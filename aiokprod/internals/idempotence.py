@@ -128,10 +128,11 @@ class IdempotenceState:
                 state.last_acked_sequence = last
 
     def on_failure(self, batch: ProducerBatch, *, maybe_sent: bool) -> None:
-        """A batch with a sequence failed for good.
+        """A batch with a sequence failed for good: its sequence numbers are lost.
 
-        If it may have been sent, or later sequences exist, the partition now has a gap the
-        broker would reject forever: bump the epoch so every partition starts again at 0.
+        The broker would reject every later sequence of the partition (a gap), and whether
+        a sent batch was written is unknown, so the epoch is always bumped: every partition
+        then starts again at sequence 0 (KIP-360). ``maybe_sent`` is kept for logging.
         """
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
@@ -139,8 +140,7 @@ class IdempotenceState:
         _remove(state.unacked, batch)
         if (batch.producer_id, batch.producer_epoch) != (self.producer_id, self.producer_epoch):
             return  # already under an older epoch: the bump happened
-        if maybe_sent or state.unacked or state.next_sequence != batch.base_sequence:
-            self.epoch_bump_required = True
+        self.epoch_bump_required = True
 
     def is_next_expected(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` directly follows the last acknowledged sequence.

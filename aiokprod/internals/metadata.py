@@ -193,22 +193,40 @@ class ClusterSnapshot:
 class MetadataState:
     """When to refresh metadata, and for which topics (no I/O).
 
+    A refresh is due at once for a topic used for the first time; after an explicit request
+    (leader or topic errors, disconnects) once ``retry_backoff_ms`` has passed since the last
+    refresh, so a partition that stays leaderless is not polled in a tight loop; after a
+    failed refresh with exponential backoff up to ``retry_backoff_max_ms``; and otherwise
+    every ``metadata_max_age_ms``. A request made while a refresh is in flight is kept for
+    the next one.
+
     Args:
         max_age_ms: refresh at least this often (``metadata_max_age_ms``).
         max_idle_ms: stop asking for a topic not used for this long (``metadata_max_idle_ms``).
-        retry_backoff_ms: wait after a failed refresh before the next one.
+        retry_backoff_ms: pause between refreshes asked for by errors, and after a failure.
+        retry_backoff_max_ms: the longest pause after repeated failures.
     """
 
-    def __init__(self, max_age_ms: int, max_idle_ms: int, retry_backoff_ms: int) -> None:
+    def __init__(
+        self,
+        max_age_ms: int,
+        max_idle_ms: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int | None = None,
+    ) -> None:
         self.snapshot = ClusterSnapshot()
         self.max_age_ms = max_age_ms
         self.max_idle_ms = max_idle_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_max_ms or retry_backoff_ms, retry_backoff_ms)
         self._topics_last_used: dict[str, int] = {}
-        self._new_topics: set[str] = set()
         self._update_requested = True
+        #: A new topic is waiting: refresh without the error backoff.
+        self._urgent = True
+        self._in_flight = False
+        self._requested_during_attempt = False
         self._last_refresh_ms = -1
-        self._last_attempt_ms = -1
+        self._backoff_until_ms = 0
         self._failures = 0
         self.version = 0
 
@@ -222,8 +240,8 @@ class MetadataState:
         known = topic in self._topics_last_used
         self._topics_last_used[topic] = now_ms
         if not known:
-            self._new_topics.add(topic)
-            self._update_requested = True
+            self._urgent = True
+            self.request_update()
         return not known
 
     def touch(self, topic: str, now_ms: int) -> None:
@@ -233,22 +251,25 @@ class MetadataState:
     def request_update(self) -> None:
         """Ask for a refresh at the next opportunity (after errors or disconnects)."""
         self._update_requested = True
+        if self._in_flight:
+            self._requested_during_attempt = True
 
     def time_to_next_update_ms(self, now_ms: int) -> int:
         """0 if a refresh is due now, else how long until it is."""
-        if self._failures and self._last_attempt_ms >= 0:
-            backoff_left = self._last_attempt_ms + self.retry_backoff_ms - now_ms
-        else:
-            backoff_left = 0
-        if self._update_requested or self._last_refresh_ms < 0:
-            due = 0
-        else:
-            due = self._last_refresh_ms + self.max_age_ms - now_ms
-        return max(due, backoff_left, 0)
+        backoff_left = max(self._backoff_until_ms - now_ms, 0)
+        if self._failures:
+            return backoff_left
+        if self._update_requested:
+            return 0 if self._urgent else backoff_left
+        if self._last_refresh_ms < 0:
+            return 0
+        return max(self._last_refresh_ms + self.max_age_ms - now_ms, 0)
 
     def attempt_started(self, now_ms: int) -> list[str]:
         """A refresh starts now; returns the topics to ask for (idle ones dropped)."""
-        self._last_attempt_ms = now_ms
+        self._in_flight = True
+        self._requested_during_attempt = False
+        self._urgent = False
         idle = [t for t, used in self._topics_last_used.items() if now_ms - used > self.max_idle_ms]
         for t in idle:
             del self._topics_last_used[t]
@@ -257,14 +278,17 @@ class MetadataState:
     def update(self, response: MetadataResponse, requested: list[str], now_ms: int) -> None:
         """Apply a successful response."""
         self.snapshot = self.snapshot.merged_with(response, requested)
-        self._new_topics.difference_update(requested)
+        self._in_flight = False
         self._last_refresh_ms = now_ms
         self._failures = 0
-        # Keep refreshing quickly while some requested topic has a retriable error
-        # (LEADER_NOT_AVAILABLE right after auto-creation, partitions without leaders).
-        self._update_requested = any(
+        self._backoff_until_ms = now_ms + self.retry_backoff_ms
+        # Keep refreshing (paced by the backoff) while a requested topic has an error or a
+        # partition without a leader, as right after a topic is created.
+        incomplete = any(
             t in self.snapshot.topic_errors or self._lacks_leaders(t) for t in requested
         )
+        self._update_requested = self._requested_during_attempt or incomplete
+        self._requested_during_attempt = False
         self.version += 1
 
     def _lacks_leaders(self, topic: str) -> bool:
@@ -273,9 +297,12 @@ class MetadataState:
 
     def failed(self, now_ms: int) -> None:
         """A refresh attempt failed (no broker reachable, or an error)."""
+        self._in_flight = False
         self._failures += 1
-        self._last_attempt_ms = now_ms
         self._update_requested = True
+        exponent = min(self._failures - 1, 30)
+        wait = min(self.retry_backoff_ms * 2**exponent, self.retry_backoff_max_ms)
+        self._backoff_until_ms = now_ms + wait
 
     def apply_leader_hint(
         self, tp: TopicPartition, leader: int, leader_epoch: int, node: BrokerNode | None

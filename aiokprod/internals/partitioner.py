@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 
 import mmh3
 
+from aiokprod.errors import InvalidArgumentError
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -191,9 +193,9 @@ class PartitionChooser:
         if custom is not None:
             partition = custom(topic, key, num_partitions, available)
             if isinstance(partition, bool) or not isinstance(partition, int):
-                raise TypeError(f"partitioner returned {partition!r}, not an int")
+                raise InvalidArgumentError(f"partitioner returned {partition!r}, not an int")
             if not 0 <= partition < num_partitions:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"partitioner returned {partition} for topic {topic!r} with "
                     f"{num_partitions} partitions"
                 )

@@ -15,11 +15,13 @@ class ProducerStats:
     batches_sent: int = 0
     requests_sent: int = 0
     bytes_sent: int = 0
+    records_in_requests: int = 0
 
     def on_request(self, batches: int, records: int, size: int) -> None:
         """A Produce request was written (retries count again)."""
         self.requests_sent += 1
         self.batches_sent += batches
+        self.records_in_requests += records
         self.bytes_sent += size
 
     def on_success(self, records: int) -> None:

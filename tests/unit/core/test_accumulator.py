@@ -198,8 +198,8 @@ def test_more_than_one_batch_is_ready_before_linger() -> None:
     assert acc.ready(CLUSTER, 0).ready_nodes == {1}
 
 
-def test_second_batch_behind_a_not_full_first_one_is_ready_before_linger() -> None:
-    """A drain that had no room for a partition closed its batch; records then start a new one."""
+def test_drain_leaves_a_batch_it_has_no_room_for_open() -> None:
+    """A drain that had no room for a partition leaves its batch open for more records."""
     size = batch_bytes()
     acc = accumulator(linger_ms=1000)
     append(acc, T0)
@@ -208,13 +208,12 @@ def test_second_batch_behind_a_not_full_first_one_is_ready_before_linger() -> No
     (taken,) = acc.drain(ONE_NODE, {1}, size, 0)[1]
     acc.end_flush()
     left = T1 if taken.tp == T0 else T0
-    (closed_batch,) = acc.queued(left)
-    assert closed_batch.builder is None  # closed by the drain, not full
-    assert not closed_batch.is_full
+    (open_batch,) = acc.queued(left)
+    assert open_batch.builder is not None  # not closed: it was not taken
     assert acc.ready(ONE_NODE, 1).ready_nodes == set()  # still lingering
     _, _, created = append(acc, left)
-    assert created
-    assert acc.ready(ONE_NODE, 1).ready_nodes == {1}
+    assert not created
+    assert open_batch.record_count == 2
 
 
 def test_expedited_batch_is_ready_before_linger() -> None:

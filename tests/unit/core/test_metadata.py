@@ -310,15 +310,33 @@ def test_new_topic_after_a_refresh_is_due_at_once() -> None:
     assert state.attempt_started(10) == ["a", "b"]
 
 
-def test_requested_update_is_due_at_once() -> None:
+def test_requested_update_waits_only_the_backoff_since_the_last_refresh() -> None:
     state = fresh_state()
     state.add_topic("t", 0)
     refreshed(state, ["t"], 0)
     assert state.time_to_next_update_ms(10) == MAX_AGE - 10
     state.request_update()
+    assert state.time_to_next_update_ms(10) == BACKOFF - 10
+    assert state.time_to_next_update_ms(BACKOFF) == 0
+    refreshed(state, ["t"], 1000)
+    assert state.time_to_next_update_ms(1000) == MAX_AGE
+
+
+def test_new_topic_skips_the_backoff() -> None:
+    state = fresh_state()
+    state.add_topic("t", 0)
+    refreshed(state, ["t"], 0)
+    state.add_topic("new", 10)
     assert state.time_to_next_update_ms(10) == 0
-    refreshed(state, ["t"], 20)
-    assert state.time_to_next_update_ms(20) == MAX_AGE
+
+
+def test_request_made_during_a_refresh_is_kept_for_the_next() -> None:
+    state = fresh_state()
+    state.add_topic("t", 0)
+    requested = state.attempt_started(0)
+    state.request_update()  # e.g. a disconnect while the refresh is in flight
+    state.update(response([topic("t", [1])]), requested, 5)
+    assert state.time_to_next_update_ms(5 + BACKOFF) == 0
 
 
 def test_backoff_after_a_failed_refresh() -> None:
@@ -340,7 +358,7 @@ def test_success_clears_the_failure_backoff() -> None:
     state.failed(1000)
     refreshed(state, ["t"], 1100)
     state.request_update()
-    assert state.time_to_next_update_ms(1100) == 0
+    assert state.time_to_next_update_ms(1100 + BACKOFF) == 0
 
 
 def test_refresh_stays_requested_while_a_topic_has_an_error_or_no_leader() -> None:
@@ -351,13 +369,13 @@ def test_refresh_stays_requested_while_a_topic_has_an_error_or_no_leader() -> No
     state.update(
         response([topic("a", error_code=LEADER_NOT_AVAILABLE), topic("b", [1])]), requested, 0
     )
-    assert state.time_to_next_update_ms(0) == 0
-    requested = state.attempt_started(10)
-    state.update(response([topic("a", [1, -1]), topic("b", [1])]), requested, 10)
-    assert state.time_to_next_update_ms(10) == 0  # "a" partition 1 has no leader
-    requested = state.attempt_started(20)
-    state.update(response([topic("a", [1, 2]), topic("b", [1])]), requested, 20)
-    assert state.time_to_next_update_ms(20) == MAX_AGE
+    assert state.time_to_next_update_ms(0) == BACKOFF  # paced, not a tight loop
+    requested = state.attempt_started(BACKOFF)
+    state.update(response([topic("a", [1, -1]), topic("b", [1])]), requested, BACKOFF)
+    assert state.time_to_next_update_ms(2 * BACKOFF) == 0  # "a" partition 1 has no leader
+    requested = state.attempt_started(2 * BACKOFF)
+    state.update(response([topic("a", [1, 2]), topic("b", [1])]), requested, 2 * BACKOFF)
+    assert state.time_to_next_update_ms(2 * BACKOFF) == MAX_AGE
 
 
 def test_idle_topics_are_dropped_from_refreshes() -> None:

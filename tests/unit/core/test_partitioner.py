@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiokprod.errors import InvalidArgumentError
 from aiokprod.internals.partitioner import (
     KeyHasher,
     PartitionChooser,
@@ -338,12 +339,14 @@ def test_custom_partitioner_gets_topic_key_count_and_available() -> None:
 @pytest.mark.parametrize("bad", [4, -1, 100])
 def test_custom_partitioner_out_of_range(bad: int) -> None:
     chooser = PartitionChooser(lambda t, k, n, a: bad, BATCH)
-    with pytest.raises(ValueError, match=rf"returned {bad} for topic 't' with 4 partitions"):
+    with pytest.raises(
+        InvalidArgumentError, match=rf"returned {bad} for topic 't' with 4 partitions"
+    ):
         chooser.choose("t", b"k", 4, ALL4)
 
 
 @pytest.mark.parametrize("bad", [None, "1", 1.0, True])
 def test_custom_partitioner_must_return_an_int(bad: object) -> None:
     chooser = PartitionChooser(lambda t, k, n, a: bad, BATCH)  # type: ignore[arg-type,return-value]
-    with pytest.raises(TypeError, match="not an int"):
+    with pytest.raises(InvalidArgumentError, match="not an int"):
         chooser.choose("t", b"k", 4, ALL4)
