@@ -82,7 +82,8 @@ class _Fixed(FieldType):
         lo, hi, name = self._lo, self._hi, self.name
 
         def encode(out: bytearray, value: Any) -> None:
-            if not lo <= value <= hi:
+            # value != value: a NaN, which FLOAT64 carries although no range holds it.
+            if not lo <= value <= hi and value == value:
                 raise ValueError(f"{value!r} does not fit {name}")
             out += pack(value)
 
@@ -357,6 +358,17 @@ def _fields(cls: type[Struct]) -> list[tuple[str, FieldSpec]]:
     return result
 
 
+def _field_default(cls: type[Struct], name: str, spec: FieldSpec) -> Any:
+    """The value a field takes when absent: its dataclass default, else its type's."""
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return spec.type.default()
+
+
 def _struct_encoder(cls: type[Struct], version: int, flexible: bool) -> Encoder:
     plain: list[tuple[str, Encoder]] = []
     tagged: list[tuple[int, str, Encoder, Any]] = []
@@ -365,7 +377,9 @@ def _struct_encoder(cls: type[Struct], version: int, flexible: bool) -> Encoder:
             continue
         if spec.tag is not None:
             if flexible:
-                default = spec.type.default()
+                # A tagged field is written only when it differs from the default it
+                # decodes to when absent (e.g. FinalizedFeaturesEpoch defaults to -1, not 0).
+                default = _field_default(cls, name, spec)
                 tagged.append((spec.tag, name, spec.type.encoder(version, True), default))
             continue
         plain.append((name, spec.type.encoder(version, flexible)))
