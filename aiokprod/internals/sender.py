@@ -256,11 +256,12 @@ class Sender:
                         for e in part.record_errors
                     }
                 hint = part.current_leader
+                moved = False
                 if hint is not None and hint.leader_id >= 0:
-                    self._metadata.apply_leader_hint(
+                    moved = self._metadata.apply_leader_hint(
                         batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
                     )
-                self._on_batch_error(batch, exc, now_ms, record_errors)
+                self._on_batch_error(batch, exc, now_ms, record_errors, leader_moved=moved)
         for batch in by_tp.values():
             self._on_batch_error(
                 batch,
@@ -275,6 +276,8 @@ class Sender:
         exc: BaseException,
         now_ms: int,
         record_errors: dict[int, BaseException] | None = None,
+        *,
+        leader_moved: bool = False,
     ) -> None:
         self._in_flight.pop(batch, None)
         batch.in_flight = False
@@ -299,8 +302,15 @@ class Sender:
         if retriable and self._can_retry(batch, now_ms):
             if getattr(exc, "invalid_metadata", False):
                 self._metadata.request_update()
-            wait = backoff_ms(
-                batch.attempts + 1, self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+            # A KIP-951 hint named the new leader: resend there at once, as Java does.
+            wait = (
+                0
+                if leader_moved
+                else backoff_ms(
+                    batch.attempts + 1,
+                    self._config.retry_backoff_ms,
+                    self._config.retry_backoff_max_ms,
+                )
             )
             self._acc.reenqueue(batch, now_ms, wait)
             self._stats.on_retry(batch.record_count)
