@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint kafka bench clean
+.PHONY: demo test test-unit lint docs kafka bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	$(PY) -m pip install --quiet -e '.[test,dev,spark]'
 	touch $(STAMP)
 
 ## demo: start a local Apache Kafka, run the quickstart against it, stop Kafka
@@ -30,9 +30,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check aiokprod
 	$(VENV)/bin/mypy --strict aiokprod
 
+## docs: build the documentation (mkdocs, strict: a broken link or page fails)
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet
+
 ## kafka: run a local single-node Apache Kafka until Ctrl-C
 kafka: $(STAMP)
 	$(PY) -m aiokprod.testing run
+
+## bench: aiokprod against its peers on a local Kafka, 3 interleaved repetitions (~25 min);
+##        results in benchmarks/results/, docs/benchmarks.{md,png}.
+##        BENCH_ARGS="--quick" for a smoke run; also --clients/--workloads (see --help)
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

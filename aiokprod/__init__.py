@@ -13,10 +13,12 @@ __version__ = "0.1.0"
 
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
+    AuthenticationError,
     BrokerError,
     BufferExhaustedError,
     ConfigError,
     DeliveryTimeoutError,
+    IllegalStateError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -24,18 +26,22 @@ from aiokprod.errors import (
     ProducerClosedError,
     ProducerCrashedError,
     RecordTooLargeError,
+    SaslAuthenticationError,
     SerializationError,
+    SslAuthenticationError,
 )
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.producer import Producer
 from aiokprod.types import ProducerInterceptor, ProducerRecord, RecordMetadata, TopicPartition
 
 __all__ = [
+    "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",
     "ConfigError",
     "DeliveryFuture",
     "DeliveryTimeoutError",
+    "IllegalStateError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
@@ -48,7 +54,9 @@ __all__ = [
     "ProducerRecord",
     "RecordMetadata",
     "RecordTooLargeError",
+    "SaslAuthenticationError",
     "SerializationError",
+    "SslAuthenticationError",
     "TopicPartition",
     "__version__",
 ]

@@ -108,6 +108,87 @@ class AuthenticationError(KafkaError):
     """The broker rejected this client's credentials or security handshake."""
 
 
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed (protocol mismatch, a rejected client cert...)."""
+
+
+class SslCertificateError(SslAuthenticationError):
+    """The broker's certificate is not trusted, or does not name the host connected to."""
+
+
+class SaslAuthenticationError(AuthenticationError):
+    """The broker rejected the SASL credentials.
+
+    PLAIN cannot tell a wrong password from an unknown user: the broker answers the same for
+    both, on purpose. SCRAM can, by the step that failed (the subclasses below).
+
+    Attributes:
+        mechanism: the SASL mechanism.
+        username: the user name sent (None for OAUTHBEARER).
+        broker_message: the broker's error message, if it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        mechanism: str = "",
+        username: str | None = None,
+        broker_message: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+        self.username = username
+        self.broker_message = broker_message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # copy.copy() and pickle rebuild it from these (keyword-only fields included).
+        return (
+            _rebuild_sasl_error,
+            (type(self), str(self), self.mechanism, self.username, self.broker_message),
+        )
+
+
+def _rebuild_sasl_error(
+    cls: type[SaslAuthenticationError],
+    message: str,
+    mechanism: str,
+    username: str | None,
+    broker_message: str | None,
+) -> SaslAuthenticationError:
+    return cls(message, mechanism=mechanism, username=username, broker_message=broker_message)
+
+
+class SaslUnknownUserError(SaslAuthenticationError):
+    """SCRAM: the broker has no credentials for this user and mechanism.
+
+    It refused the client's first message, before any password was involved.
+    """
+
+
+class SaslWrongPasswordError(SaslAuthenticationError):
+    """SCRAM: the broker knows the user but rejected the proof computed from the password."""
+
+
+class SaslMechanismError(AuthenticationError):
+    """The broker does not enable the configured SASL mechanism on this listener.
+
+    Attributes:
+        enabled: the mechanisms the broker offers.
+    """
+
+    def __init__(self, message: str, enabled: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.enabled = enabled
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.enabled))
+
+
+class OAuthTokenError(AuthenticationError):
+    """The OAUTHBEARER token provider failed, or returned something that is not a token."""
+
+
 # --- broker errors --------------------------------------------------------------------------
 
 

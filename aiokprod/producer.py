@@ -19,6 +19,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from time import time as _time
 from types import TracebackType
 from typing import Any
 
@@ -36,22 +37,28 @@ from aiokprod.errors import (
     RecordTooLargeError,
 )
 from aiokprod.internals.accumulator import RecordAccumulator
-from aiokprod.internals.backoff import monotonic_ms, wall_clock_ms
+from aiokprod.internals.backoff import monotonic_ms
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
-from aiokprod.internals.partitioner import PartitionChooser
+from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, murmur3_hasher
 from aiokprod.internals.sender import Sender
 from aiokprod.internals.serialization import apply_serializer, serialize_headers, to_bytes
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
+from aiokprod.net.sasl import sasl_authenticator
+from aiokprod.net.security import build_ssl_context
+from aiokprod.protocol.compression import codec_for_name
 from aiokprod.protocol.records import BATCH_HEADER_SIZE, record_size_upper_bound
 from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
+
+#: A batch header plus a record's framing bytes at their largest (key, value, headers aside).
+_BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + record_size_upper_bound(0, 0, 0) - 1
 
 
 class _State(enum.Enum):
@@ -93,11 +100,16 @@ class Producer:
         self._state = _State.NEW
         self._stats = ProducerStats()
         self._budget = ByteBudget(cfg.buffer_memory)
+        # Batches fill by uncompressed bytes (like the Java client's conservative default);
+        # the codec compresses each batch once, when it is closed (docs/compression.md).
+        codec = codec_for_name(cfg.compression_type)
         self._acc = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
             delivery_timeout_ms=cfg.delivery_timeout_ms,
             budget=self._budget,
+            compression=codec.id,
+            compressor=codec.compressor(cfg.compression_level) if codec.id else None,
             keep_handles=bool(cfg.interceptors),
         )
         self._metadata = MetadataState(
@@ -109,6 +121,14 @@ class Producer:
         self._partitions = PartitionChooser(
             cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys
         )
+        # Keyed records with a built-in partitioner skip the chooser (the per-record path).
+        self._hash_keys = (
+            isinstance(cfg.partitioner, str)
+            and cfg.partitioner != "round_robin"
+            and not cfg.partitioner_ignore_keys
+        )
+        self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
+        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
@@ -162,6 +182,10 @@ class Producer:
         """The producer's root task: one task group holding every background task."""
         cfg = self._config
         try:
+            # Built here, not in __init__: loading certificates is I/O. A bad file or key
+            # password fails start() with a ConfigError.
+            ssl_context = build_ssl_context(cfg)
+            authenticate = sasl_authenticator(cfg)
             async with anyio.create_task_group() as tg:
 
                 def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -185,6 +209,8 @@ class Producer:
                     reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
                     on_change=wake,
                     on_disconnect=on_disconnect,
+                    ssl_context=ssl_context,
+                    authenticate=authenticate,
                 )
                 self._fetcher = MetadataFetcher(
                     self._metadata,
@@ -329,75 +355,72 @@ class Producer:
             the record will be delivered or fail on its own; cancelling whoever awaits the
             returned future does not stop it.
         """
-        if not self._running():
+        if self._state is not _State.RUNNING:
             raise self._not_running()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
                 ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
             )
+        if partition is not None and (
+            type(partition) is not int or partition < 0  # bool is not int here either
+        ):
+            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
         info = self._metadata.snapshot.topics.get(topic)
         started = 0.0
         if info is None or (partition is not None and partition >= info.num_partitions):
-            if type(topic) is not str or not topic:
-                raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
             started = time.monotonic()
-            fetcher = self._fetcher
-            if fetcher is None:  # pragma: no cover - set before RUNNING
-                raise self._not_running()
-            info = await fetcher.wait_for_topic(
-                topic, partition, self._max_block_s, self._config.max_block_ms
-            )
-            if not self._running():
-                raise self._not_running()
-        key_bytes = (
-            apply_serializer(self._key_serializer, key, "key")
-            if self._key_serializer is not None
-            else to_bytes(key, "key")
-        )
-        value_bytes = (
-            apply_serializer(self._value_serializer, value, "value")
-            if self._value_serializer is not None
-            else to_bytes(value, "value")
-        )
+            info = await self._wait_for_topic(topic, partition)
+        # The common types are handled inline: this runs once per record.
+        if self._key_serializer is not None:
+            key = apply_serializer(self._key_serializer, key, "key")
+        elif key is not None and type(key) is not bytes:
+            key = to_bytes(key, "key")
+        if self._value_serializer is not None:
+            value = apply_serializer(self._value_serializer, value, "value")
+        elif value is not None and type(value) is not bytes:
+            value = to_bytes(value, "value")
         header_bytes = serialize_headers(headers) if headers else None
-        key_size = len(key_bytes) if key_bytes is not None else -1
-        value_size = len(value_bytes) if value_bytes is not None else -1
-        size = BATCH_HEADER_SIZE + record_size_upper_bound(
-            max(key_size, 0), max(value_size, 0), len(header_bytes) if header_bytes else 1
-        )
+        key_size = -1 if key is None else len(key)
+        value_size = -1 if value is None else len(value)
+        # The most this record can take in a batch of its own (record_size_upper_bound).
+        size = _BATCH_OF_ONE_OVERHEAD + (key_size if key_size > 0 else 0)
+        if value_size > 0:
+            size += value_size
+        size += len(header_bytes) if header_bytes is not None else 1
         if size > self._record_limit:
-            raise RecordTooLargeError(
-                f"the record is {size} bytes when serialized, larger than max_request_size "
-                f"({self._config.max_request_size}) or buffer_memory "
-                f"({self._config.buffer_memory})"
-            )
+            raise self._too_large(size)
         if timestamp_ms is None:
-            timestamp_ms = wall_clock_ms()
-        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
-            raise InvalidArgumentError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
-        elif timestamp_ms < 0:
-            raise InvalidArgumentError(f"timestamp_ms must not be negative: {timestamp_ms}")
+            timestamp_ms = int(_time() * 1000)
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise InvalidArgumentError(f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}")
+        num_partitions = len(info.partitions)
         sticky = None
         if partition is None:
-            partition, sticky = self._partitions.choose(
-                topic, key_bytes, info.num_partitions, info.available
-            )
-        elif isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        tp = TopicPartition(topic, partition)
+            if key is not None and self._hash_keys:
+                partition = self._hasher.partition(key, num_partitions)
+            else:
+                partition, sticky = self._partitions.choose(
+                    topic, key, num_partitions, info.available
+                )
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
+        tp = tps[partition]
         acc = self._acc
-        appended = acc.try_append(tp, timestamp_ms, key_bytes, value_bytes, header_bytes)
+        appended = acc.try_append(tp, timestamp_ms, key, value, header_bytes)
         if appended is None:
-            appended = await self._append_new_batch(
-                tp, timestamp_ms, key_bytes, value_bytes, header_bytes, started
+            batch, index = await self._append_new_batch(
+                tp, timestamp_ms, key, value, header_bytes, started
             )
             new_batch = True
         else:
+            batch, index = appended
             new_batch = False
-        batch, index = appended
         if sticky is not None:
-            grown = size - BATCH_HEADER_SIZE if not new_batch else size
-            sticky.on_append(grown, acc.last_batch_full(tp), info.num_partitions, info.available)
+            # KIP-794: count what went to the sticky partition; switch after a batch's worth.
+            sticky.produced_bytes += size if new_batch else size - BATCH_HEADER_SIZE
+            if sticky.produced_bytes >= sticky.batch_size:
+                sticky.maybe_switch(acc.last_batch_full(tp), num_partitions, info.available)
         handle = DeliveryFuture(batch.result, index, tp, timestamp_ms, key_size, value_size)
         if batch.handles is not None:
             batch.handles.append(handle)
@@ -406,6 +429,25 @@ class Producer:
             if sender is not None:
                 sender.wakeup()
         return handle
+
+    async def _wait_for_topic(self, topic: str, partition: int | None) -> TopicInfo:
+        if type(topic) is not str or not topic:
+            raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        fetcher = self._fetcher
+        if fetcher is None:  # pragma: no cover - set before RUNNING
+            raise self._not_running()
+        info = await fetcher.wait_for_topic(
+            topic, partition, self._max_block_s, self._config.max_block_ms
+        )
+        if not self._running():
+            raise self._not_running()
+        return info
+
+    def _too_large(self, size: int) -> KafkaError:
+        return RecordTooLargeError(
+            f"the record is {size} bytes when serialized, larger than max_request_size "
+            f"({self._config.max_request_size}) or buffer_memory ({self._config.buffer_memory})"
+        )
 
     async def _append_new_batch(
         self,

@@ -105,7 +105,7 @@ class RecordAccumulator:
             if builder is not None and not last.is_full:
                 index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
                 if index >= 0:
-                    if builder.size_in_bytes >= self.batch_size:
+                    if builder.full:
                         last.is_full = True
                     return last, index
                 last.is_full = True
@@ -139,7 +139,7 @@ class RecordAccumulator:
         builder = RecordBatchBuilder(compression=self._compression, compressor=self._compressor)
         batch = ProducerBatch(tp, builder, now_ms, reserved_bytes, self._keep_handles)
         index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
-        if builder.size_in_bytes >= self.batch_size:
+        if builder.full:
             batch.is_full = True
         dq = self._queues.get(tp)
         if dq is None:

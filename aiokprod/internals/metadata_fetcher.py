@@ -9,9 +9,10 @@ a time in the producer's task group. ``send()`` for a topic not yet in the view 
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 
-from aiokprod.errors import KafkaError, MetadataTimeoutError
+from aiokprod.errors import AuthenticationError, KafkaError, MetadataTimeoutError
 from aiokprod.internals.backoff import monotonic_ms
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.logs import get_logger
@@ -92,6 +93,9 @@ class MetadataFetcher:
             self.state.failed(monotonic_ms())
             log.debug("metadata refresh failed", node=node_id, error=str(exc))
             self._refreshing = False
+            if isinstance(exc, AuthenticationError):
+                # Credentials will not get better by waiting out max_block_ms: fail fast.
+                self._fail_topic_waiters(exc)
             self._on_update()
             return
         except BaseException:
@@ -115,6 +119,13 @@ class MetadataFetcher:
                 if not future.done():
                     future.set_result(None)
 
+    def _fail_topic_waiters(self, error: AuthenticationError) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(copy.copy(error))
+
     def fail_waiters(self, error: BaseException) -> None:
         """Wake every waiting ``send()`` with ``error`` (the producer is closing)."""
         self._closed_error = error
@@ -132,6 +143,8 @@ class MetadataFetcher:
         Raises:
             MetadataTimeoutError: not there within ``timeout_s``.
             BrokerError: the topic has a non-retriable error (e.g. authorization).
+            AuthenticationError: connecting failed on credentials or TLS trust (at once,
+                not after ``timeout_s``).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -147,6 +160,13 @@ class MetadataFetcher:
             if error is not None and not error.retriable:
                 raise error
             state.request_update()
+            auth_error = self._pool.auth_error
+            if auth_error is not None:
+                # The last connection attempt was refused on credentials: say so now. The
+                # refresh requested above still runs (with reconnect backoff), and a success
+                # clears the error.
+                self._on_update()
+                raise copy.copy(auth_error)
             future: asyncio.Future[None] = loop.create_future()
             self._waiters.setdefault(topic, []).append(future)
             self._on_update()  # wake the sender, which starts the refresh

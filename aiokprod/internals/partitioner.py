@@ -101,17 +101,21 @@ def murmur3_hasher() -> KeyHasher:
 class StickyPartitionState:
     """KIP-794's uniform sticky choice for one topic's unkeyed records.
 
+    The producer adds each append's bytes to ``produced_bytes`` and calls
+    :meth:`maybe_switch` once they reach ``batch_size`` (a cheap check on the per-record
+    path); :meth:`on_append` does both.
+
     Args:
         batch_size: bytes to send to one partition before switching (``batch_size``).
         rng: the random source (injected in tests).
     """
 
-    __slots__ = ("_batch_size", "_produced_bytes", "_rng", "current")
+    __slots__ = ("_rng", "batch_size", "current", "produced_bytes")
 
     def __init__(self, batch_size: int, rng: random.Random | None = None) -> None:
-        self._batch_size = max(batch_size, 1)
+        self.batch_size = max(batch_size, 1)
         self._rng = rng or random.Random()
-        self._produced_bytes = 0
+        self.produced_bytes = 0
         self.current = -1
 
     def partition(self, num_partitions: int, available: Sequence[int]) -> int:
@@ -137,12 +141,18 @@ class StickyPartitionState:
             num_partitions: partitions of the topic.
             available: partitions with a known leader.
         """
-        produced = self._produced_bytes + appended_bytes
-        if (produced >= self._batch_size and last_batch_full) or produced >= 2 * self._batch_size:
-            self._produced_bytes = 0
+        self.produced_bytes += appended_bytes
+        if self.produced_bytes >= self.batch_size:
+            self.maybe_switch(last_batch_full, num_partitions, available)
+
+    def maybe_switch(
+        self, last_batch_full: bool, num_partitions: int, available: Sequence[int]
+    ) -> None:
+        """Switch partitions if a batch's worth went and the batch is full, or twice that."""
+        produced = self.produced_bytes
+        if (produced >= self.batch_size and last_batch_full) or produced >= 2 * self.batch_size:
+            self.produced_bytes = 0
             self.current = self._pick(num_partitions, available, self.current)
-        else:
-            self._produced_bytes = produced
 
     def _pick(self, num_partitions: int, available: Sequence[int], previous: int) -> int:
         choices: Sequence[int] = available if available else range(num_partitions)

@@ -16,6 +16,7 @@ node until a response frees a slot.
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from aiokprod.errors import (
     UnsupportedVersionError,
 )
 from aiokprod.logs import get_logger
+from aiokprod.net.security import SslAuthenticationError, SslCertificateError
 from aiokprod.protocol.api import API_VERSIONS
 from aiokprod.protocol.connection import ClientConnection, api_versions_retry_version
 from aiokprod.protocol.messages.api_versions import ApiVersionsResponse
@@ -92,6 +94,9 @@ class BrokerConnection:
         self._pending: dict[int, _Pending] = {}
         self.closed_error: BaseException | None = None
         self.ready = False
+        #: Monotonic ms after which no new request goes out (the SASL session is about to
+        #: expire); the pool then replaces the connection once it is idle. None: never.
+        self.reauth_at_ms: int | None = None
 
     def __repr__(self) -> str:
         state = "ready" if self.ready else ("closed" if self.closed_error else "opening")
@@ -124,6 +129,19 @@ class BrokerConnection:
             raise KafkaConnectionError(
                 f"connecting to node {self.node_id} at {self.host}:{self.port} "
                 f"timed out after {timeout_s * 1000:.0f} ms"
+            ) from None
+        except ssl.SSLCertVerificationError as exc:
+            # Not retriable: the same certificate will not become trusted by retrying.
+            self._abort()
+            raise SslCertificateError(
+                f"TLS to node {self.node_id} at {self.host}:{self.port}: the broker's "
+                f"certificate was not accepted: {exc.verify_message or exc.reason}"
+            ) from None
+        except ssl.SSLError as exc:
+            self._abort()
+            raise SslAuthenticationError(
+                f"TLS handshake with node {self.node_id} at {self.host}:{self.port} failed: "
+                f"{exc.reason or exc}"
             ) from None
         except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
             self._abort()
@@ -179,6 +197,24 @@ class BrokerConnection:
         _, frame = self.protocol.send(request)
         return await self.exchange_raw(frame)
 
+    def set_session_lifetime(self, lifetime_ms: int) -> None:
+        """Plan re-authentication for a SASL session that the broker ends after ``lifetime_ms``.
+
+        Like the Java client, act at a random point between 85 % and 95 % of the lifetime:
+        from then on :attr:`can_send` is false, and the pool replaces the connection (a new
+        one authenticates afresh, e.g. with a new OAuth token) once its in-flight requests
+        are answered. 0 means the session does not expire.
+        """
+        if lifetime_ms > 0:
+            margin = random.uniform(0.85, 0.95)
+            self.reauth_at_ms = int(time.monotonic() * 1000 + lifetime_ms * margin)
+        else:
+            self.reauth_at_ms = None
+
+    def needs_reauth(self, now_ms: int) -> bool:
+        """Whether the SASL session is due for re-authentication (see set_session_lifetime)."""
+        return self.reauth_at_ms is not None and now_ms >= self.reauth_at_ms
+
     # --- requests ---------------------------------------------------------------------------
 
     @property
@@ -191,6 +227,8 @@ class BrokerConnection:
         """Open, under the in-flight limit, and not backed up in the socket buffer."""
         writer = self._writer
         if not self.ready or writer is None or len(self._pending) >= self.max_in_flight:
+            return False
+        if self.reauth_at_ms is not None and time.monotonic() * 1000 >= self.reauth_at_ms:
             return False
         return writer.transport.get_write_buffer_size() < WRITE_BUFFER_HIGH_BYTES
 

@@ -16,13 +16,14 @@ the ``spawn`` function the pool is given, so no connection outlives the producer
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import ssl
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from aiokprod.errors import KafkaConnectionError
+from aiokprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
 from aiokprod.logs import get_logger
 from aiokprod.net.connection import Authenticator, BrokerConnection
 
@@ -88,6 +89,9 @@ class ConnectionPool:
         self._failures: dict[int, int] = {}
         self._next_attempt_ms: dict[int, int] = {}
         self.last_error: dict[int, BaseException] = {}
+        #: The latest authentication failure (bad credentials, untrusted certificate), cleared
+        #: by the next successful connection; metadata waiters fail fast with it.
+        self.auth_error: AuthenticationError | None = None
         self._closed = False
 
     # --- nodes ------------------------------------------------------------------------------
@@ -111,9 +115,23 @@ class ConnectionPool:
         """The node's open connection, or None (an attempt is started if allowed)."""
         conn = self._connections.get(node_id)
         if conn is not None and conn.ready:
-            return conn
+            if not self._retire_if_expired(conn, now_ms):
+                return conn
+            return None
         self._maybe_connect(node_id, now_ms)
         return None
+
+    def _retire_if_expired(self, conn: BrokerConnection, now_ms: int) -> bool:
+        """Close a connection whose SASL session is due and that has nothing in flight.
+
+        This is re-authentication by reconnecting: the pool opens a new connection, which
+        authenticates afresh (new OAuth token). True if ``conn`` must not be used any more.
+        """
+        if not conn.needs_reauth(now_ms) or conn.in_flight:
+            return False
+        log.debug("re-authenticating: replacing connection", node=conn.node_id)
+        conn.close(KafkaConnectionError(f"node {conn.node_id}: SASL session expiring"))
+        return True
 
     def is_connected(self, node_id: int) -> bool:
         """Whether the node has an open connection."""
@@ -136,7 +154,10 @@ class ConnectionPool:
         while True:
             conn = self._connections.get(node_id)
             if conn is not None and conn.ready:
-                return conn
+                if not self._retire_if_expired(conn, _now_ms()):
+                    return conn
+                await asyncio.sleep(0)  # let its read task end before reconnecting
+                continue
             if self._closed:
                 raise KafkaConnectionError("connection pool is closed")
             now_ms = _now_ms()
@@ -158,9 +179,12 @@ class ConnectionPool:
             except TimeoutError:
                 raise self._unreachable(node_id) from None
 
-    def _unreachable(self, node_id: int) -> KafkaConnectionError:
+    def _unreachable(self, node_id: int) -> KafkaError:
         host, port = self._nodes.get(node_id, ("?", 0))
         last = self.last_error.get(node_id)
+        if isinstance(last, AuthenticationError):
+            # Retrying will not fix credentials: callers get the typed error itself.
+            return copy.copy(last)
         reason = f": {last}" if last else ""
         return KafkaConnectionError(f"node {node_id} at {host}:{port} is unreachable{reason}")
 
@@ -210,6 +234,7 @@ class ConnectionPool:
             max_in_flight=self._max_in_flight,
             software_version=self._software_version,
             ssl_context=self._ssl,
+            server_hostname=host,
         )
 
         async def connect_and_read() -> None:
@@ -227,6 +252,9 @@ class ConnectionPool:
         except Exception as exc:
             self._connecting.pop(node_id, None)
             self._record_failure(node_id, exc)
+            if isinstance(exc, AuthenticationError):
+                self.auth_error = exc
+                log.warning("authentication failed", node=node_id, error=str(exc))
             if not future.done():
                 future.set_exception(exc)
                 future.exception()  # retrieved: nobody may be waiting on it
@@ -241,6 +269,7 @@ class ConnectionPool:
         self._failures.pop(node_id, None)
         self._next_attempt_ms.pop(node_id, None)
         self.last_error.pop(node_id, None)
+        self.auth_error = None
         self._connections[node_id] = conn
         if not future.done():
             future.set_result(conn)

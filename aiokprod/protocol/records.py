@@ -98,8 +98,13 @@ def encode_headers(headers: Sequence[Header]) -> bytes:
 
 
 def record_size_upper_bound(key_size: int, value_size: int, headers_size: int) -> int:
-    """The most bytes a record with these parts can take (before compression)."""
-    return MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
+    """The most bytes a record with these parts can take (before compression).
+
+    ``headers_size`` is the encoded headers' length (``encode_headers``), 0 when there are
+    none (the header count itself is added here). Framing: length, attributes, timestamp
+    and offset deltas (``MAX_RECORD_OVERHEAD``), two length varints, the header count.
+    """
+    return MAX_RECORD_OVERHEAD + 10 + key_size + value_size + max(headers_size, 1)
 
 
 class RecordBatchBuilder:
@@ -117,6 +122,7 @@ class RecordBatchBuilder:
         "_compressor",
         "_transactional",
         "base_timestamp",
+        "full",
         "max_timestamp",
         "record_count",
     )
@@ -137,6 +143,8 @@ class RecordBatchBuilder:
         self.record_count = 0
         self.base_timestamp = -1
         self.max_timestamp = -1
+        #: Set once the batch reached ``size_limit`` or refused a record for it.
+        self.full = False
 
     @property
     def size_in_bytes(self) -> int:
@@ -186,8 +194,11 @@ class RecordBatchBuilder:
         prefix = _VARINT[body] if body < VARINT_CACHE_SIZE else encode_varint(body)
         buf = self._buf
         if count and len(buf) + len(prefix) + body > size_limit:
+            self.full = True
             return -1
         buf += b"".join((prefix, _ZERO_BYTE, tsd, od, kl, key, vl, value, headers))
+        if len(buf) >= size_limit:
+            self.full = True
         if count:
             if timestamp_ms > self.max_timestamp:
                 self.max_timestamp = timestamp_ms

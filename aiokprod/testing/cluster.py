@@ -36,6 +36,13 @@ from aiokprod.testing.java import find_java, run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
 from aiokprod.testing.node import KafkaNode
 from aiokprod.testing.ports import LOOPBACK, pick_free_ports
+from aiokprod.testing.security import (
+    SASL_USERS,
+    SECURITY_LISTENERS,
+    scram_format_args,
+    security_properties,
+)
+from aiokprod.testing.tls import TestPki, make_test_pki
 from aiokprod.testing.topics import (
     JavaTopicAdmin,
     TopicAdmin,
@@ -72,6 +79,10 @@ class LocalKafka:
         heap_max: ``-Xmx`` of each node.
         work_dir: parent of the temporary data folder (default: the system temp folder).
         keep_data: keep the data folder (logs included) after :meth:`stop`, for debugging.
+        security: also open the SSL, MTLS (mutual TLS), SASL_PLAINTEXT and SASL_SSL listeners
+            of :mod:`aiokprod.testing.security`, with a generated test CA (see
+            :attr:`ca_file`, :attr:`pki`), PLAIN and SCRAM users (:attr:`sasl_users`) and
+            OAUTHBEARER with Kafka's unsecured token validator. Needs ``cryptography``.
     """
 
     def __init__(
@@ -85,6 +96,7 @@ class LocalKafka:
         heap_max: str = "512m",
         work_dir: str | Path | None = None,
         keep_data: bool = False,
+        security: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -96,6 +108,11 @@ class LocalKafka:
         self.heap_max = heap_max
         self.work_dir = Path(work_dir) if work_dir is not None else None
         self.keep_data = keep_data
+        self.security = security
+        self.sasl_users: dict[str, str] = dict(SASL_USERS) if security else {}
+        """PLAIN and SCRAM users (name -> password) when ``security`` is on."""
+        self._pki: TestPki | None = None
+        self._security_ports: dict[int, dict[str, int]] = {}
         self.topic_admin: TopicAdmin = JavaTopicAdmin(self.run_java_tool)
         self._dist: KafkaDistribution | None = None
         self._dir: Path | None = None
@@ -169,6 +186,44 @@ class LocalKafka:
     def bootstrap_servers(self) -> str:
         """``127.0.0.1:p1,127.0.0.1:p2,...``: the client listener of every node."""
         return ",".join(address.bootstrap for address in self.nodes.values())
+
+    def listener_bootstrap(self, listener: str) -> str:
+        """``host:port,...`` of one listener on every node.
+
+        ``listener`` is ``SSL``, ``MTLS``, ``SASL_PLAINTEXT`` or ``SASL_SSL``; ``PLAINTEXT``
+        gives :attr:`bootstrap_servers`.
+
+        Raises:
+            LocalKafkaError: not started with ``security=True``, or an unknown listener.
+        """
+        self._require_started()
+        if listener == "PLAINTEXT":
+            return self.bootstrap_servers
+        if not self.security:
+            raise LocalKafkaError("secure listeners need LocalKafka(security=True)")
+        if listener not in SECURITY_LISTENERS:
+            raise LocalKafkaError(f"no listener {listener!r}; have {SECURITY_LISTENERS}")
+        return ",".join(
+            f"{self._nodes[i].address.host}:{ports[listener]}"
+            for i, ports in sorted(self._security_ports.items())
+        )
+
+    @property
+    def security_listeners(self) -> dict[str, str]:
+        """Listener name -> bootstrap string, for every secure listener."""
+        return {name: self.listener_bootstrap(name) for name in SECURITY_LISTENERS}
+
+    @property
+    def pki(self) -> TestPki:
+        """The generated test certificates (``security=True`` only)."""
+        if self._pki is None:
+            raise LocalKafkaError("no test PKI: start LocalKafka(security=True) first")
+        return self._pki
+
+    @property
+    def ca_file(self) -> Path:
+        """The test CA that signed the brokers' certificates (trust it to connect over TLS)."""
+        return self.pki.ca_file
 
     @property
     def nodes(self) -> dict[int, NodeAddress]:
@@ -356,24 +411,51 @@ class LocalKafka:
         return ",".join(a.bootstrap for a in self._running_addresses())
 
     def _start_once(self, dist: KafkaDistribution, root: Path) -> None:
-        ports = pick_free_ports(2 * self.node_count)
+        extra = len(SECURITY_LISTENERS) if self.security else 0
+        ports = pick_free_ports((2 + extra) * self.node_count)
         addresses = [
             NodeAddress(i, LOOPBACK, ports[2 * i - 2], ports[2 * i - 1])
             for i in range(1, self.node_count + 1)
         ]
+        extra_ports = ports[2 * self.node_count :]
+        self._security_ports = {
+            a.node_id: dict(
+                zip(SECURITY_LISTENERS, extra_ports[k * extra : (k + 1) * extra], strict=True)
+            )
+            for k, a in enumerate(addresses)
+            if extra
+        }
+        if self.security and (self._pki is None or not self._pki.ca_file.exists()):
+            self._pki = make_test_pki(root / "tls")
         cluster_id = new_cluster_id()
         self._nodes = {}
         for address in addresses:
             node_dir = root / f"node{address.node_id}"
             # A previous attempt (port clash) may have left a formatted folder behind.
             shutil.rmtree(node_dir, ignore_errors=True)
-            props = broker_properties(address, addresses, node_dir / "data", self.broker_config)
+            overrides = dict(self.broker_config)
+            if self._pki is not None:
+                overrides = {
+                    **security_properties(
+                        address,
+                        self._security_ports[address.node_id],
+                        server_keystore=self._pki.server_keystore,
+                        ca_file=self._pki.ca_file,
+                        users=self.sasl_users,
+                    ),
+                    **overrides,
+                }
+            props = broker_properties(address, addresses, node_dir / "data", overrides)
             node = KafkaNode(
                 dist, address, node_dir, props, heap_min=self.heap_min, heap_max=self.heap_max
             )
             node.write_files()
             self._nodes[address.node_id] = node
-        _format_all(list(self._nodes.values()), cluster_id)
+        _format_all(
+            list(self._nodes.values()),
+            cluster_id,
+            scram_format_args(self.sasl_users) if self.security else [],
+        )
         for node in self._nodes.values():
             node.start()
         deadline = time.monotonic() + self.startup_timeout
@@ -438,15 +520,20 @@ class LocalKafka:
             self._dir = None
 
 
-def _format_all(nodes: list[KafkaNode], cluster_id: str) -> None:
-    """Run ``StorageTool format`` for every node in parallel (each is a JVM start)."""
+def _format_all(
+    nodes: list[KafkaNode], cluster_id: str, extra_args: list[str] | None = None
+) -> None:
+    """Run ``StorageTool format`` for every node in parallel (each is a JVM start).
+
+    ``extra_args`` go at the end of each command (``--add-scram`` entries).
+    """
     running: list[tuple[KafkaNode, subprocess.Popen[bytes], Path]] = []
     try:
         for node in nodes:
             output = node.node_dir / "format.log"
             with output.open("wb") as sink:
                 process = subprocess.Popen(
-                    node.format_command(cluster_id),
+                    node.format_command(cluster_id) + list(extra_args or ()),
                     stdin=subprocess.DEVNULL,
                     stdout=sink,
                     stderr=subprocess.STDOUT,

@@ -10,6 +10,10 @@ Fixtures:
 * ``new_topic`` (function): ``new_topic(partitions=1, rf=1, config=None) -> str`` creates a
   uniquely named topic on ``kafka`` and returns its name.
 * ``new_cluster_topic`` (function): the same on ``kafka_cluster``, with ``rf=3`` by default.
+* ``kafka_secure`` (session): one node with the SSL, MTLS, SASL_PLAINTEXT and SASL_SSL
+  listeners too (``LocalKafka(security=True)``: test CA, PLAIN/SCRAM users, OAUTHBEARER with
+  unsecured tokens), started only if a test asks for it. Create topics with
+  ``kafka_secure.create_topic``; the PLAINTEXT listener is there for admin and read-back.
 
 Tests that use the single broker are marked ``broker``, tests that use the cluster
 ``cluster`` (``pytest -m "not broker and not cluster"`` runs without Java).
@@ -32,7 +36,14 @@ import pytest
 from aiokprod.testing.cluster import LocalKafka
 from aiokprod.testing.errors import LocalKafkaError
 
-_BROKER_FIXTURES = frozenset({"kafka", "new_topic"})
+#: The shared cluster is where fault tests kill and restart brokers: notice a dead broker in
+#: 3 s instead of 9 (it leaves the ISR then), and let a restarted one register sooner.
+CLUSTER_CONFIG = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "10000",
+}
+_BROKER_FIXTURES = frozenset({"kafka", "new_topic", "kafka_secure"})
 _CLUSTER_FIXTURES = frozenset({"kafka_cluster", "new_cluster_topic"})
 _UNSAFE_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
@@ -81,7 +92,7 @@ def _start_or_give_up(nodes: int) -> LocalKafka:
     later test, so a broken environment costs one start attempt, not one per test.
     """
     try:
-        return LocalKafka(nodes=nodes).start()
+        return LocalKafka(nodes=nodes, broker_config=CLUSTER_CONFIG if nodes > 1 else None).start()
     except LocalKafkaError as exc:
         what = "a local Kafka node" if nodes == 1 else f"a local {nodes}-node Kafka cluster"
         message = f"could not start {what}: {exc}"
@@ -109,6 +120,24 @@ def kafka_cluster() -> Iterator[LocalKafka]:
         yield instance
     finally:
         instance.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_secure() -> Iterator[LocalKafka]:
+    """One local Kafka node with TLS and SASL listeners, shared by the whole test session."""
+    try:
+        instance = LocalKafka(security=True).start()
+    except LocalKafkaError as exc:
+        message = f"could not start a local Kafka node with security listeners: {exc}"
+    else:
+        try:
+            yield instance
+        finally:
+            instance.stop()
+        return
+    if in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 def _topic_factory(kafka: LocalKafka, request: pytest.FixtureRequest, default_rf: int) -> NewTopic:

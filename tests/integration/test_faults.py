@@ -87,9 +87,12 @@ async def test_proxy_cuts_stalls_and_trickles(cluster: LocalKafka, new_cluster_t
     wait_full_isr(cluster.bootstrap_servers, topic, 3)
     stream = Stream(pause_s=0.05)
     started = time.monotonic()
-    async with proxy_for(cluster) as proxy, Producer(
-        proxy.bootstrap_servers, request_timeout_ms=2000, delivery_timeout_ms=90_000
-    ) as producer:
+    async with (
+        proxy_for(cluster) as proxy,
+        Producer(
+            proxy.bootstrap_servers, request_timeout_ms=2000, delivery_timeout_ms=90_000
+        ) as producer,
+    ):
         sending = asyncio.create_task(stream.run(producer, topic))
         await stream.wait_acknowledged(5_000)
         for _ in range(5):  # connections cut with requests in flight
@@ -151,11 +154,14 @@ async def test_stall_longer_than_delivery_timeout_fails_within_the_bound(
     topic = new_cluster_topic(partitions=PARTITIONS)
     wait_full_isr(cluster.bootstrap_servers, topic, 3)
     delivery_timeout_ms = 6000
-    async with proxy_for(cluster) as proxy, Producer(
-        proxy.bootstrap_servers,
-        request_timeout_ms=2000,
-        delivery_timeout_ms=delivery_timeout_ms,
-    ) as producer:
+    async with (
+        proxy_for(cluster) as proxy,
+        Producer(
+            proxy.bootstrap_servers,
+            request_timeout_ms=2000,
+            delivery_timeout_ms=delivery_timeout_ms,
+        ) as producer,
+    ):
         await producer.send_and_wait(topic, b"before", key=b"k")
         proxy.stall()
         sent_at: list[float] = []

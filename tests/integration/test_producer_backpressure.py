@@ -19,9 +19,12 @@ async def test_send_blocks_then_fails_when_buffer_is_full_and_broker_stalls(
 ) -> None:
     topic = new_topic()
     buffer_memory = 256 * 1024
-    async with proxy_for(kafka) as proxy, Producer(
-        proxy.bootstrap_servers, buffer_memory=buffer_memory, max_block_ms=1000
-    ) as producer:
+    async with (
+        proxy_for(kafka) as proxy,
+        Producer(
+            proxy.bootstrap_servers, buffer_memory=buffer_memory, max_block_ms=1000
+        ) as producer,
+    ):
         await producer.send_and_wait(topic, b"warm-up")
         assert proxy.rewritten_responses > 0, "metadata points at the proxy"
         proxy.stall()

@@ -141,7 +141,8 @@ def test_lz4_writes_java_frame(level: int | None) -> None:
         pos += size
     assert pos == len(frame)
     assert len(sizes) == -(-len(data) // 65536)
-    assert raw[-1] and not raw[0]
+    assert raw[-1]
+    assert not raw[0]
     assert lz4.frame.decompress(frame) == data
 
 
@@ -304,9 +305,9 @@ def test_level_defaults_and_codecs_without_levels() -> None:
 
 def test_gzip_default_level_is_six() -> None:
     data = text_payload(100_000)
-    assert c.codec_for_name("gzip").compressor(-1)(data) == c.codec_for_name(
-        "gzip"
-    ).compressor(6)(data)
+    assert c.codec_for_name("gzip").compressor(-1)(data) == c.codec_for_name("gzip").compressor(6)(
+        data
+    )
 
 
 def test_is_large_batch() -> None:

@@ -1,0 +1,453 @@
+"""Compression codecs of v2 record batches, framed exactly as Apache Kafka's Java client does.
+
+Sans-IO: bytes in, bytes out. Every codec comes from one C/Rust-backed library, ``cramjam``
+(it releases the GIL while it works, so a caller may run a compressor in a thread).
+
+What goes after the batch header (see docs/compression.md for the reasons):
+
+* **gzip** (id 1): one RFC 1952 member. Levels 1-9; -1 means zlib's default, 6.
+* **snappy** (id 2): the *xerial* framing of ``org.xerial.snappy.SnappyOutputStream``: the
+  16-byte header (magic ``82 'SNAPPY' 00``, version 1, compatible version 1) and then blocks of
+  at most 32 KiB of input, each written as a big-endian int32 length plus one raw snappy block.
+  Reading accepts that framing (also several streams back to back) and, like the Java
+  ``SnappyInputStream``, a payload without the magic as one raw snappy block.
+* **lz4** (id 3): one LZ4 frame with independent 64 KiB blocks and no checksums, header
+  ``04 22 4D 18 60 40 82`` (the descriptor checksum computed over FLG and BD only, as the Java
+  client does for magic 2), blocks that do not shrink stored raw (high bit of the size set),
+  then the end mark. Level 9 (the Java default) is LZ4's fast compressor, as in Java; any
+  other level 1-17 goes to liblz4's frame compressor at that level (3-12: LZ4 HC, levels
+  above 12 behave as 12, 1-2 are liblz4's fast mode) and the frame is re-written to the same
+  Java layout. Reading follows ``Lz4BlockInputStream``: one frame, independent blocks
+  required, block size codes 4-7, reserved bits zero, optional content size, block checksums
+  verified when flagged, the content checksum accepted.
+* **zstd** (id 4): one standard zstd frame. Levels -131072..22, default 3. Needs Produce v7+.
+
+The registry (:data:`CODECS`, :func:`codec_for_name`, :func:`codec_for_id`) hands out
+``compressor(level)`` and ``decompress`` callables in the shapes
+:class:`~aiokprod.protocol.records.RecordBatchBuilder` and
+:func:`~aiokprod.protocol.records.read_record_batch` take.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cramjam
+
+from aiokprod.config import COMPRESSION_LEVEL_RANGES
+from aiokprod.errors import ConfigError, ProtocolError
+from aiokprod.protocol.records import Compressor, Decompressor
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+
+Buffer = bytes | bytearray | memoryview
+
+#: Batches whose records section is at least this large are "large" for
+#: :func:`is_large_batch` (see docs/compression.md for the measurements behind it).
+LARGE_BATCH_BYTES = 128 * 1024
+
+# --- gzip -----------------------------------------------------------------------------------
+
+_GZIP_DEFAULT = 6
+
+
+def _gzip_compressor(level: int) -> Compressor:
+    level = _GZIP_DEFAULT if level == -1 else level
+
+    def compress(data: Buffer) -> bytes:
+        return bytes(cramjam.gzip.compress(data, level=level))
+
+    return compress
+
+
+def gzip_decompress(data: bytes | memoryview) -> bytes:
+    """Decode a gzip payload (several members back to back are one stream, as in Java)."""
+    return bytes(cramjam.gzip.decompress(data))
+
+
+# --- snappy (xerial framing) ----------------------------------------------------------------
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+#: Magic, then int32 BE version 1 and int32 BE minimum compatible version 1.
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+#: ``SnappyOutputStream``'s default block size: the input cut into 32 KiB pieces.
+XERIAL_BLOCK_SIZE = 32 * 1024
+_INT32_BE = struct.Struct(">i")
+
+
+def snappy_compress(data: Buffer) -> bytes:
+    """Encode as ``SnappyOutputStream`` does: xerial header, then length-prefixed blocks."""
+    view = memoryview(data)
+    parts = [XERIAL_HEADER]
+    compress_raw = cramjam.snappy.compress_raw
+    for start in range(0, len(view), XERIAL_BLOCK_SIZE):
+        block = bytes(compress_raw(view[start : start + XERIAL_BLOCK_SIZE]))
+        parts.append(_INT32_BE.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def snappy_decompress(data: bytes | memoryview) -> bytes:
+    """Decode xerial-framed snappy, or (without the magic) one raw snappy block.
+
+    Raises:
+        ProtocolError: a truncated or impossible block length.
+    """
+    view = memoryview(data)
+    if bytes(view[:8]) != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    out = bytearray()
+    pos = 0
+    end = len(view)
+    decompress_raw = cramjam.snappy.decompress_raw
+    while pos < end:
+        # A new xerial header may follow (streams written back to back); skip it.
+        if end - pos >= 16 and bytes(view[pos : pos + 8]) == XERIAL_MAGIC:
+            pos += 16
+            continue
+        if end - pos < 4:
+            raise ProtocolError(f"xerial snappy block length truncated at byte {pos}")
+        (size,) = _INT32_BE.unpack_from(view, pos)
+        pos += 4
+        if size < 0 or pos + size > end:
+            raise ProtocolError(f"xerial snappy block of {size} bytes at byte {pos} is impossible")
+        out += decompress_raw(view[pos : pos + size])
+        pos += size
+    return bytes(out)
+
+
+# --- lz4 (one frame, Java layout) -----------------------------------------------------------
+
+LZ4_MAGIC = 0x184D2204
+#: FLG 0x60: version 01, independent blocks, no checksums, no content size.
+LZ4_FLG = 0x60
+#: BD 0x40: 64 KiB maximum block size.
+LZ4_BD = 0x40
+LZ4_BLOCK_SIZE = 64 * 1024
+#: Magic, FLG, BD and the descriptor checksum (XXH32(FLG, BD) >> 8 & 0xFF = 0x82).
+LZ4_JAVA_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
+LZ4_DEFAULT_LEVEL = 9
+_UNCOMPRESSED_FLAG = 0x80000000
+_UINT32_LE = struct.Struct("<I")
+_END_MARK = b"\x00\x00\x00\x00"
+
+
+def _lz4_fast(data: Buffer) -> bytes:
+    # Java's default: one 64 KiB block at a time through LZ4's fast compressor.
+    view = memoryview(data)
+    parts = [LZ4_JAVA_HEADER]
+    compress_block = cramjam.lz4.compress_block
+    for start in range(0, len(view), LZ4_BLOCK_SIZE):
+        chunk = view[start : start + LZ4_BLOCK_SIZE]
+        block = bytes(compress_block(chunk, store_size=False))
+        _append_block(parts, chunk, block)
+    parts.append(_END_MARK)
+    return b"".join(parts)
+
+
+def _append_block(parts: list[bytes], chunk: memoryview, block: bytes | memoryview) -> None:
+    if len(block) >= len(chunk):  # no gain: stored raw, as Lz4BlockOutputStream does
+        parts.append(_UINT32_LE.pack(len(chunk) | _UNCOMPRESSED_FLAG))
+        parts.append(bytes(chunk))
+    else:
+        parts.append(_UINT32_LE.pack(len(block)))
+        parts.append(bytes(block))
+
+
+def _lz4_leveled(level: int) -> Compressor:
+    # cramjam's block API has no HC mode, its frame API does: compress with liblz4's frame
+    # compressor (independent 64 KiB blocks), then re-write the frame in Java's layout
+    # (liblz4 adds block checksums, which the Java client never writes).
+    def compress(data: Buffer) -> bytes:
+        encoder = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+        encoder.compress(data if isinstance(data, bytes) else bytes(data))  # no memoryviews
+        frame = memoryview(bytes(encoder.finish()))
+        return _rewrite_lz4_frame(frame, memoryview(data))
+
+    return compress
+
+
+def _rewrite_lz4_frame(frame: memoryview, original: memoryview) -> bytes:
+    flg, bd, header_end = _parse_lz4_header(frame)
+    if bd != LZ4_BD:  # pragma: no cover - liblz4's default is 64 KiB blocks
+        raise ProtocolError(f"liblz4 wrote block size code {bd:#x}, expected 64 KiB blocks")
+    block_checksum = bool(flg & 0x10)
+    parts = [LZ4_JAVA_HEADER]
+    pos = header_end
+    offset = 0
+    while True:
+        (word,) = _UINT32_LE.unpack_from(frame, pos)
+        pos += 4
+        if word == 0:
+            break
+        size = word & ~_UNCOMPRESSED_FLAG
+        chunk = original[offset : offset + LZ4_BLOCK_SIZE]
+        offset += len(chunk)
+        if word & _UNCOMPRESSED_FLAG:
+            _append_block(parts, chunk, chunk)
+        else:
+            _append_block(parts, chunk, frame[pos : pos + size])
+        pos += size + (4 if block_checksum else 0)
+    if offset != len(original):  # pragma: no cover - liblz4 cuts blocks at 64 KiB
+        raise ProtocolError("liblz4 blocks do not line up with 64 KiB pieces of the input")
+    parts.append(_END_MARK)
+    return b"".join(parts)
+
+
+def _parse_lz4_header(view: memoryview) -> tuple[int, int, int]:
+    """Check a frame header as ``Lz4BlockInputStream`` does; (FLG, BD, first block offset)."""
+    if len(view) < 7:
+        raise ProtocolError(f"lz4 frame of {len(view)} bytes is shorter than its header")
+    (magic,) = _UINT32_LE.unpack_from(view, 0)
+    if magic != LZ4_MAGIC:
+        raise ProtocolError(f"lz4 frame magic {magic:#010x}, expected {LZ4_MAGIC:#010x}")
+    flg, bd = view[4], view[5]
+    if flg >> 6 != 1:
+        raise ProtocolError(f"lz4 frame version {flg >> 6} is unsupported")
+    if flg & 0x03:
+        raise ProtocolError("lz4 frame FLG reserved bits must be 0")
+    if not flg & 0x20:
+        raise ProtocolError("lz4 frame with dependent blocks (Kafka needs independent blocks)")
+    if bd & 0x8F or not 4 <= (bd >> 4) & 0x07 <= 7:
+        raise ProtocolError(f"lz4 frame BD byte {bd:#04x} is invalid")
+    end = 6 + (8 if flg & 0x08 else 0)  # optional 8-byte content size
+    if len(view) < end + 1:
+        raise ProtocolError("lz4 frame header truncated")
+    expected = (xxh32(bytes(view[4:end])) >> 8) & 0xFF
+    if view[end] != expected:
+        raise ProtocolError(
+            f"lz4 frame descriptor checksum {view[end]:#04x}, expected {expected:#04x}"
+        )
+    return flg, bd, end + 1
+
+
+def lz4_decompress(data: bytes | memoryview) -> bytes:
+    """Decode one LZ4 frame with the Java reader's tolerance (see the module docstring).
+
+    Raises:
+        ProtocolError: a frame Kafka's Java client would reject, or truncated input.
+    """
+    view = memoryview(data)
+    flg, bd, pos = _parse_lz4_header(view)
+    max_block = 1 << (2 * ((bd >> 4) & 0x07) + 8)
+    block_checksum = bool(flg & 0x10)
+    scratch = bytearray(max_block)
+    out = bytearray()
+    decompress_into = cramjam.lz4.decompress_block_into
+    while True:
+        if len(view) - pos < 4:
+            raise ProtocolError("lz4 frame truncated before its end mark")
+        (word,) = _UINT32_LE.unpack_from(view, pos)
+        pos += 4
+        if word == 0:
+            break
+        size = word & ~_UNCOMPRESSED_FLAG
+        if size > max_block or pos + size + (4 if block_checksum else 0) > len(view):
+            raise ProtocolError(f"lz4 block of {size} bytes at byte {pos} is impossible")
+        block = view[pos : pos + size]
+        if block_checksum:
+            (stored,) = _UINT32_LE.unpack_from(view, pos + size)
+            if xxh32(bytes(block)) != stored:
+                raise ProtocolError(f"lz4 block checksum mismatch at byte {pos}")
+        if word & _UNCOMPRESSED_FLAG:
+            out += block
+        else:
+            n = decompress_into(block, scratch, output_len=max_block)
+            out += memoryview(scratch)[:n]
+        pos += size + (4 if block_checksum else 0)
+    # A content checksum (FLG bit 2) may follow; Java skips it without checking, and so do we.
+    return bytes(out)
+
+
+# XXH32 (seed 0), only ever run over a few header bytes, or over blocks of foreign frames
+# that carry block checksums (Java never writes them): pure Python is enough there.
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """The 32-bit xxHash of ``data`` (the LZ4 frame format's checksum)."""
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        v1 = (seed + _P1 + _P2) & _M32
+        v2 = (seed + _P2) & _M32
+        v3 = seed & _M32
+        v4 = (seed - _P1) & _M32
+        limit = n - 16
+        while pos <= limit:
+            a, b, c, d = struct.unpack_from("<IIII", data, pos)
+            v1 = (_rotl((v1 + a * _P2) & _M32, 13) * _P1) & _M32
+            v2 = (_rotl((v2 + b * _P2) & _M32, 13) * _P1) & _M32
+            v3 = (_rotl((v3 + c * _P2) & _M32, 13) * _P1) & _M32
+            v4 = (_rotl((v4 + d * _P2) & _M32, 13) * _P1) & _M32
+            pos += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while pos + 4 <= n:
+        (k,) = struct.unpack_from("<I", data, pos)
+        h = (_rotl((h + k * _P3) & _M32, 17) * _P4) & _M32
+        pos += 4
+    while pos < n:
+        h = (_rotl((h + data[pos] * _P5) & _M32, 11) * _P1) & _M32
+        pos += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+def _lz4_compressor(level: int) -> Compressor:
+    return _lz4_fast if level == LZ4_DEFAULT_LEVEL else _lz4_leveled(level)
+
+
+# --- zstd -----------------------------------------------------------------------------------
+
+
+def _zstd_compressor(level: int) -> Compressor:
+    def compress(data: Buffer) -> bytes:
+        return bytes(cramjam.zstd.compress(data, level=level))
+
+    return compress
+
+
+def zstd_decompress(data: bytes | memoryview) -> bytes:
+    """Decode a zstd frame (with or without a content size, as Java's streams write)."""
+    return bytes(cramjam.zstd.decompress(data))
+
+
+# --- registry -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """One compression codec of the v2 batch format.
+
+    Attributes:
+        name: the ``compression_type`` name.
+        id: the codec id in the batch attributes (bits 0-2).
+        default_level: the level used when none is configured (None: no levels).
+        level_range: the accepted levels, inclusive (None: no levels).
+        decompress: decodes a records section this codec compressed.
+    """
+
+    name: str
+    id: int
+    default_level: int | None
+    level_range: tuple[int, int] | None
+    decompress: Decompressor
+    _factory: Callable[[int], Compressor]
+
+    def compressor(self, level: int | None = None) -> Compressor:
+        """A callable compressing a records section at ``level`` (None: the default).
+
+        Raises:
+            ConfigError: a level out of range, or a level for a codec without levels.
+        """
+        return self._factory(self.check_level(level))
+
+    def check_level(self, level: int | None) -> int:
+        """The effective level for ``level`` (0 for a codec without levels).
+
+        Raises:
+            ConfigError: a level out of range, or a level for a codec without levels.
+        """
+        if self.level_range is None or self.default_level is None:
+            if level is not None:
+                raise ConfigError(f"compression_type {self.name!r} has no levels, got {level}")
+            return 0
+        if level is None:
+            return self.default_level
+        lo, hi = self.level_range
+        ok = lo <= level <= hi or level == self.default_level
+        if isinstance(level, bool) or not isinstance(level, int) or not ok:
+            raise ConfigError(
+                f"compression_level for {self.name} must be between {lo} and {hi}, got {level!r}"
+            )
+        return level
+
+
+def _no_compression(level: int) -> Compressor:
+    def compress(data: Buffer) -> bytes:
+        return bytes(data)
+
+    return compress
+
+
+def _identity(data: bytes | memoryview) -> bytes:
+    return bytes(data)
+
+
+def _levels(name: str) -> tuple[int | None, tuple[int, int] | None]:
+    spec = COMPRESSION_LEVEL_RANGES.get(name)
+    if spec is None:
+        return None, None
+    lo, hi, default = spec
+    return default, (lo, hi)
+
+
+def _codec(name: str, codec_id: int, decompress: Decompressor, factory: Any) -> Codec:
+    default, level_range = _levels(name)
+    return Codec(name, codec_id, default, level_range, decompress, factory)
+
+
+CODECS: Mapping[str, Codec] = {
+    c.name: c
+    for c in (
+        _codec("none", NONE, _identity, _no_compression),
+        _codec("gzip", GZIP, gzip_decompress, _gzip_compressor),
+        _codec("snappy", SNAPPY, snappy_decompress, lambda level: snappy_compress),
+        _codec("lz4", LZ4, lz4_decompress, _lz4_compressor),
+        _codec("zstd", ZSTD, zstd_decompress, _zstd_compressor),
+    )
+}
+_BY_ID: Mapping[int, Codec] = {c.id: c for c in CODECS.values()}
+
+#: Codec id -> decoder, for :func:`aiokprod.protocol.records.read_record_batch`.
+DECOMPRESSORS: Mapping[int, Decompressor] = {
+    c.id: c.decompress for c in CODECS.values() if c.id != NONE
+}
+
+
+def codec_for_name(name: str) -> Codec:
+    """The codec called ``name`` (``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd``).
+
+    Raises:
+        ConfigError: an unknown name.
+    """
+    codec = CODECS.get(name.lower()) if isinstance(name, str) else None
+    if codec is None:
+        raise ConfigError(f"compression_type must be one of {tuple(CODECS)}, got {name!r}")
+    return codec
+
+
+def codec_for_id(codec_id: int) -> Codec:
+    """The codec with this attribute id.
+
+    Raises:
+        ProtocolError: an id Kafka does not define (5-7).
+    """
+    codec = _BY_ID.get(codec_id)
+    if codec is None:
+        raise ProtocolError(f"unknown compression codec id {codec_id}")
+    return codec
+
+
+def is_large_batch(uncompressed_size: int, threshold: int = LARGE_BATCH_BYTES) -> bool:
+    """Whether a batch's records section is big enough that compressing it may stall a loop.
+
+    The sender may compress such batches in a worker thread (cramjam releases the GIL)
+    instead of on the event loop; see docs/compression.md for the measured costs.
+    """
+    return uncompressed_size >= threshold
