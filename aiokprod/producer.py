@@ -590,6 +590,7 @@ class Producer:
             "batches_sent": stats.batches_sent,
             "requests_sent": stats.requests_sent,
             "bytes_sent": stats.bytes_sent,
+            "batches_compressed_in_thread": stats.batches_compressed_in_thread,
             "buffer_total_bytes": self._budget.total,
             "buffer_available_bytes": self._budget.available,
             "buffer_waiters": self._budget.waiter_count,

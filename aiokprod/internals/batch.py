@@ -240,6 +240,7 @@ class ProducerBatch:
         "base_sequence",
         "builder",
         "closed",
+        "compressing",
         "created_ms",
         "drained_ms",
         "expedite",
@@ -276,6 +277,8 @@ class ProducerBatch:
         #: Send without waiting out linger_ms (a send_and_wait() record is in it).
         self.expedite = False
         self.in_flight = False
+        #: Its records are being compressed in a worker thread; not drainable until done.
+        self.compressing = False
         self.final_state: FinalState | None = None
         self.producer_id = -1
         self.producer_epoch = -1

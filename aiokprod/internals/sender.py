@@ -18,6 +18,8 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 
+import anyio
+
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
     BrokerError,
@@ -35,6 +37,7 @@ from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
+from aiokprod.protocol.compression import offload_threshold_bytes
 from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -99,6 +102,10 @@ class Sender:
         self._stopping = False
         self._stopped = asyncio.Event()
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
+        #: Batches this large (uncompressed) are compressed in a thread, not on the loop.
+        self._offload_bytes = offload_threshold_bytes(
+            config.compression_type, config.compression_level
+        )
         #: A fatal error (e.g. InitProducerId refused for good): every batch fails with it.
         self.fatal_error: KafkaError | None = None
 
@@ -155,8 +162,9 @@ class Sender:
             elif conn.can_send:
                 nodes.add(node)
         if nodes:
-            can_drain = self._can_drain if idem is not None else None
-            drained = acc.drain(cluster, nodes, self._config.max_request_size, now_ms, can_drain)
+            drained = acc.drain(
+                cluster, nodes, self._config.max_request_size, now_ms, self._drain_filter
+            )
             for node, batches in drained.items():
                 self._send_produce(node, batches, now_ms)
         expired = acc.expire(now_ms)
@@ -415,6 +423,50 @@ class Sender:
             self._fail(batch, error, now_ms)
 
     # --- idempotence ------------------------------------------------------------------------
+
+    def _drain_filter(self, batch: ProducerBatch) -> bool:
+        """Whether the accumulator may take ``batch`` now (see ``RecordAccumulator.drain``)."""
+        if batch.compressing:
+            return False
+        offload = self._offload_bytes
+        builder = batch.builder
+        if offload is not None and builder is not None and builder.size_in_bytes >= offload:
+            self._compress_in_thread(batch)
+            return False
+        return self._can_drain(batch)
+
+    def _compress_in_thread(self, batch: ProducerBatch) -> None:
+        """Close (and compress) a large batch in a worker thread, then wake the loop.
+
+        Compressing a large batch at a slow level holds the event loop for tens or hundreds
+        of milliseconds; cramjam releases the GIL, so a thread keeps the loop responsive.
+        The batch is sealed first (no more appends) and stays at the head of its queue, so
+        the partition's order is kept; it is drained on the pass after it is closed.
+        """
+        builder = batch.builder
+        if builder is None:
+            return
+        batch.compressing = True
+        batch.is_full = True  # sealed: later records start a new batch
+        self._stats.batches_compressed_in_thread += 1
+
+        async def compress() -> None:
+            try:
+                closed = await anyio.to_thread.run_sync(builder.close)
+            except Exception as exc:  # a codec failure fails only this batch
+                batch.compressing = False
+                self._fail(
+                    batch, KafkaError(f"compressing a batch failed: {exc!r}"), monotonic_ms()
+                )
+                self.wakeup()
+                return
+            batch.compressing = False
+            if batch.closed is None:
+                batch.closed = closed
+                batch.builder = None
+            self.wakeup()
+
+        self._spawn(compress)
 
     def _can_drain(self, batch: ProducerBatch) -> bool:
         idem = self._idem

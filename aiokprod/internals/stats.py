@@ -16,6 +16,7 @@ class ProducerStats:
     requests_sent: int = 0
     bytes_sent: int = 0
     records_in_requests: int = 0
+    batches_compressed_in_thread: int = 0
 
     def on_request(self, batches: int, records: int, size: int) -> None:
         """A Produce request was written (retries count again)."""

@@ -451,3 +451,35 @@ def is_large_batch(uncompressed_size: int, threshold: int = LARGE_BATCH_BYTES) -
     instead of on the event loop; see docs/compression.md for the measured costs.
     """
     return uncompressed_size >= threshold
+
+
+#: Roughly how long compressing one KiB takes, in microseconds, on this project's 2-core
+#: machine with JSON-like records (benchmarks/loop_lag.py; docs/compression.md). Only the order
+#: of magnitude matters: it decides which batches are worth a trip to a worker thread.
+_MICROS_PER_KIB: Mapping[str, Callable[[int], float]] = {
+    "none": lambda level: 0.0,
+    "snappy": lambda level: 1.0,
+    "lz4": lambda level: 1.0 if level <= 9 else 40.0,
+    "gzip": lambda level: 30.0 if level <= 6 else 60.0,
+    "zstd": lambda level: 3.0 if level <= 5 else (50.0 if level <= 15 else 180.0),
+}
+#: A batch whose compression is expected to hold the loop longer than this goes to a thread.
+OFFLOAD_BUDGET_MICROS = 2000.0
+#: Below this a thread hop costs more than it saves, whatever the codec.
+MIN_OFFLOAD_BYTES = 8 * 1024
+
+
+def offload_threshold_bytes(name: str, level: int | None) -> int | None:
+    """The uncompressed batch size from which compressing off the event loop pays, or None.
+
+    None means never (no compression, or a codec too fast to matter at any batch size up to
+    the 1 MiB request limit).
+    """
+    codec = codec_for_name(name)
+    cost = _MICROS_PER_KIB[codec.name](codec.check_level(level))
+    if cost <= 0:
+        return None
+    threshold = int(OFFLOAD_BUDGET_MICROS / cost * 1024)
+    if threshold > 4 * 1024 * 1024:
+        return None
+    return max(threshold, MIN_OFFLOAD_BYTES)
