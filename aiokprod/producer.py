@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
 from types import TracebackType
 from typing import Any
@@ -40,6 +40,7 @@ from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.backoff import monotonic_ms
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.budget import ByteBudget
+from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
@@ -52,13 +53,27 @@ from aiokprod.net.pool import ConnectionPool
 from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
 from aiokprod.protocol.compression import codec_for_name
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, record_size_upper_bound
+from aiokprod.protocol.records import (
+    BATCH_HEADER_SIZE,
+    NOT_APPENDED,
+    record_size_upper_bound,
+)
 from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
 
 #: A batch header plus a record's framing bytes at their largest (key, value, headers aside).
 _BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + record_size_upper_bound(0, 0, 0) - 1
+
+
+def _no_wakeup() -> None:
+    return None
+
+
+def _pairs(keys: Iterable[Any] | None, values: Iterable[Any]) -> Iterable[tuple[Any, Any]]:
+    if keys is None:
+        return ((None, value) for value in values)
+    return zip(keys, values, strict=True)
 
 
 class _State(enum.Enum):
@@ -429,6 +444,228 @@ class Producer:
             if sender is not None:
                 sender.wakeup()
         return handle
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        *,
+        keys: Iterable[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> BulkDelivery:
+        """Queue many records for one topic in one call: the fast path for bulk loads.
+
+        Each record goes exactly where ``send()`` would put it (keys hashed like the Java
+        client, unkeyed records sticky), with the same checks and the same back-pressure,
+        but without a future per record: the returned :class:`BulkDelivery` tracks the
+        batches the records went into.
+
+        Args:
+            topic: the topic of every record.
+            values: the values, in order.
+            keys: the keys, one per value (same length), or None for unkeyed records.
+            partition: put every record in this partition instead.
+            timestamp_ms: the create time of every record (default: now, once per call).
+            headers: headers added to every record.
+
+        Returns:
+            A :class:`BulkDelivery`; ``await`` it for every record's metadata.
+
+        Raises:
+            ValueError: ``keys`` and ``values`` have different lengths (records before the
+                mismatch are queued).
+            KafkaError: as :meth:`send`; records before the failing one are queued.
+
+        Cancellation:
+            Records are queued in order; if the call is cancelled (it awaits only when a new
+            batch needs metadata or memory), the records before that point are queued and
+            will be delivered, the rest are not. Do not cancel it if you need to know which.
+        """
+        if self._state is not _State.RUNNING:
+            raise self._not_running()
+        bulk = BulkDelivery()
+        if self._interceptors:
+            # Interceptors see every record: take the per-record path.
+            pairs = (
+                zip(keys, values, strict=True) if keys is not None else ((None, v) for v in values)
+            )
+            for key, value in pairs:
+                handle = await self.send(topic, value, key, partition, timestamp_ms, headers)
+                bulk._add(
+                    handle._result,
+                    handle.tp,
+                    handle._index,
+                    handle._key_size,
+                    handle._value_size,
+                    handle._timestamp_ms,
+                )
+            return bulk
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+        info = self._metadata.snapshot.topics.get(topic)
+        started = 0.0
+        if info is None or (partition is not None and partition >= info.num_partitions):
+            started = time.monotonic()
+            info = await self._wait_for_topic(topic, partition)
+        header_bytes = serialize_headers(headers) if headers else None
+        overhead = _BATCH_OF_ONE_OVERHEAD + (len(header_bytes) if header_bytes else 1)
+        if timestamp_ms is None:
+            timestamp_ms = int(_time() * 1000)
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise InvalidArgumentError(f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}")
+        num_partitions = len(info.partitions)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
+        value_serializer = self._value_serializer
+        key_serializer = self._key_serializer
+        limit = self._record_limit
+        acc = self._acc
+        try_append = acc.try_append
+        add = bulk._add
+        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
+        if (
+            keys is None
+            and value_serializer is None
+            and (partition is not None or self._partitions.is_sticky_for_unkeyed)
+        ):
+            await self._send_many_unkeyed(
+                bulk, topic, values, partition, timestamp_ms, header_bytes, info, tps, started
+            )
+            return bulk
+        for key, value in _pairs(keys, values):
+            if value_serializer is not None:
+                value = apply_serializer(value_serializer, value, "value")
+            elif value is not None and type(value) is not bytes:
+                value = to_bytes(value, "value")
+            if key_serializer is not None:
+                key = apply_serializer(key_serializer, key, "key")
+            elif key is not None and type(key) is not bytes:
+                key = to_bytes(key, "key")
+            value_size = -1 if value is None else len(value)
+            key_size = -1 if key is None else len(key)
+            size = overhead + (value_size if value_size > 0 else 0)
+            if key_size > 0:
+                size += key_size
+            if size > limit:
+                raise self._too_large(size)
+            sticky = None
+            if partition is not None:
+                p = partition
+            elif key is not None and self._hash_keys:
+                p = self._hasher.partition(key, num_partitions)
+            else:
+                p, sticky = self._partitions.choose(topic, key, num_partitions, info.available)
+            tp = tps[p]
+            appended = try_append(tp, timestamp_ms, key, value, header_bytes)
+            if appended is None:
+                batch, index = await self._append_new_batch(
+                    tp, timestamp_ms, key, value, header_bytes, started
+                )
+                wake()
+                grown = size
+            else:
+                batch, index = appended
+                if batch.is_full:
+                    wake()
+                grown = size - BATCH_HEADER_SIZE
+            if sticky is not None:
+                sticky.produced_bytes += grown
+                if sticky.produced_bytes >= sticky.batch_size:
+                    sticky.maybe_switch(acc.last_batch_full(tp), num_partitions, info.available)
+            add(batch.result, tp, index, key_size, value_size, timestamp_ms)
+        return bulk
+
+    async def _send_many_unkeyed(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        values: Iterable[Any],
+        partition: int | None,
+        timestamp_ms: int,
+        header_bytes: bytes | None,
+        info: TopicInfo,
+        tps: tuple[TopicPartition, ...],
+        started: float,
+    ) -> None:
+        """``send_many`` for unkeyed records going to one partition at a time.
+
+        The partition (explicit, or the sticky one) only changes when a batch fills, so each
+        batch is filled by one ``append_values`` call (the builder's inner loop), and the
+        sticky partitioner's bookkeeping happens once per batch instead of once per record.
+        Values that are not ``bytes`` and records with headers take ``try_append``.
+        """
+        acc = self._acc
+        batch_size = acc.batch_size
+        num_partitions = len(info.partitions)
+        overhead = _BATCH_OF_ONE_OVERHEAD + (len(header_bytes) if header_bytes else 1)
+        largest_value = self._record_limit - overhead
+        value_sizes = bulk._value_sizes
+        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
+        remaining = iter(values)
+        pending: Any = NOT_APPENDED  # the value the last attempt handed back
+        while True:
+            if pending is NOT_APPENDED:
+                pending = next(remaining, NOT_APPENDED)
+                if pending is NOT_APPENDED:
+                    return
+            if pending is not None and type(pending) is not bytes:
+                pending = to_bytes(pending, "value")
+            size = -1 if pending is None else len(pending)
+            if size > largest_value:
+                raise self._too_large(size + overhead)
+            if partition is not None:
+                p, sticky = partition, None
+            else:
+                p, sticky = self._partitions.choose(topic, None, num_partitions, info.available)
+            tp = tps[p]
+            # The pending value opens the run: into the open batch, or a new one.
+            appended = acc.try_append(tp, timestamp_ms, None, pending, header_bytes)
+            if appended is None:
+                batch, index = await self._append_new_batch(
+                    tp, timestamp_ms, None, pending, header_bytes, started
+                )
+                wake()
+            else:
+                batch, index = appended
+            builder = batch.builder
+            if builder is None:  # pragma: no cover - just appended to: still open
+                raise IllegalStateError("batch closed during an append")
+            before = builder.size_in_bytes
+            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            pending = NOT_APPENDED
+            if not builder.full:
+                start = builder.record_count
+                if header_bytes is None:
+                    pending = builder.append_values(
+                        timestamp_ms, remaining, batch_size, largest_value, value_sizes
+                    )
+                    added = builder.record_count - start
+                else:
+                    added = 0
+                    for value in remaining:
+                        if value is not None and type(value) is not bytes:
+                            value = to_bytes(value, "value")
+                        if (
+                            builder.try_append(timestamp_ms, None, value, header_bytes, batch_size)
+                            < 0
+                        ):
+                            pending = value
+                            break
+                        value_sizes.append(-1 if value is None else len(value))
+                        added += 1
+                        if builder.full:
+                            break
+                if added:
+                    bulk._extend_last(added, timestamp_ms)
+            if builder.full:
+                batch.is_full = True
+                wake()
+            if sticky is not None:
+                sticky.produced_bytes += builder.size_in_bytes - before + size
+                sticky.maybe_switch(batch.is_full, num_partitions, info.available)
 
     async def _wait_for_topic(self, topic: str, partition: int | None) -> TopicInfo:
         if type(topic) is not str or not topic:

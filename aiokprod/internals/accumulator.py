@@ -148,6 +148,15 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         return batch, index
 
+    def open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
+        """The partition's newest batch if it still takes records, else None."""
+        dq = self._queues.get(tp)
+        if dq:
+            last = dq[-1]
+            if last.builder is not None and not last.is_full:
+                return last
+        return None
+
     def expedite(self, tp: TopicPartition) -> None:
         """Let the partition's newest batch go without waiting out ``linger_ms``."""
         dq = self._queues.get(tp)

@@ -195,6 +195,11 @@ class PartitionChooser:
         self._sticky: dict[str, StickyPartitionState] = {}
         self._counters: dict[str, int] = {}
 
+    @property
+    def is_sticky_for_unkeyed(self) -> bool:
+        """Whether unkeyed records use the sticky partitioner (not round robin or custom)."""
+        return self._custom is None and not self._round_robin
+
     def choose(
         self, topic: str, key: bytes | None, num_partitions: int, available: Sequence[int]
     ) -> tuple[int, StickyPartitionState | None]:

@@ -33,6 +33,7 @@ stamping rewrites them and the CRC in place.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,8 @@ _VARINT = varint_cache()
 _NULL = encode_varint(-1)
 _NO_HEADERS = _VARINT[0]
 _ZERO_BYTE = b"\x00"
+#: What :meth:`RecordBatchBuilder.append_values` returns when every value was appended.
+NOT_APPENDED: object = object()
 
 Header = tuple[str, bytes | None]
 Compressor = Callable[[bytes | bytearray | memoryview], bytes]
@@ -207,6 +210,86 @@ class RecordBatchBuilder:
             self.max_timestamp = timestamp_ms
         self.record_count = count + 1
         return count
+
+    def append_values(
+        self,
+        timestamp_ms: int,
+        values: Iterator[object],
+        size_limit: int,
+        max_value_size: int,
+        value_sizes: array[int],
+    ) -> object:
+        """Append unkeyed, header-less records from ``values`` until the batch is full.
+
+        The bulk path's inner loop: one call per batch instead of one per record, with
+        everything in local variables. Every record gets ``timestamp_ms``.
+
+        Args:
+            timestamp_ms: the create time of every record appended.
+            values: an iterator of values; consumed up to the first one not appended.
+            size_limit: the batch's byte budget (as for :meth:`try_append`).
+            max_value_size: a larger value is not appended but handed back.
+            value_sizes: receives each appended value's length (-1 for None).
+
+        Returns:
+            The value taken from ``values`` but not appended (it did not fit, is not
+            ``bytes``/None, or is too large), or :data:`NOT_APPENDED` when no value was
+            handed back: ``values`` ran out, or the batch filled up exactly (``full`` is then
+            set and the rest of ``values`` is untouched).
+        """
+        buf = self._buf
+        count = self.record_count
+        ts_delta = timestamp_ms - self.base_timestamp if count else 0
+        tsd = _VARINT[ts_delta] if 0 <= ts_delta < VARINT_CACHE_SIZE else encode_varlong(ts_delta)
+        # attributes + timestamp delta, and the null key + (later) header count: constant here
+        head = _ZERO_BYTE + tsd
+        fixed = len(head) + 2  # + null key length (1 byte) + header count (1 byte)
+        cache = _VARINT
+        cache_size = VARINT_CACHE_SIZE
+        null = _NULL
+        tail = _NO_HEADERS
+        used = len(buf)
+        record_sizes = value_sizes.append
+        appended = 0
+        leftover: object = NOT_APPENDED
+        for value in values:
+            if value is None:
+                n = -1
+                vl = null
+                value = b""
+            elif type(value) is bytes:
+                n = len(value)
+                if n > max_value_size:
+                    leftover = value
+                    break
+                vl = cache[n] if n < cache_size else encode_varint(n)
+            else:
+                leftover = value
+                break
+            od = cache[count] if count < cache_size else encode_varint(count)
+            body = fixed + len(od) + len(vl) + (n if n > 0 else 0)
+            prefix = cache[body] if body < cache_size else encode_varint(body)
+            total = len(prefix) + body
+            if count and used + total > size_limit:
+                leftover = value if n >= 0 else None
+                self.full = True
+                break
+            buf += b"".join((prefix, head, od, null, vl, value, tail))
+            used += total
+            record_sizes(n)
+            count += 1
+            appended += 1
+            if used >= size_limit:
+                self.full = True
+                break
+        if appended:
+            if not self.record_count:
+                self.base_timestamp = timestamp_ms
+                self.max_timestamp = timestamp_ms
+            elif timestamp_ms > self.max_timestamp:
+                self.max_timestamp = timestamp_ms
+            self.record_count = count
+        return leftover
 
     def close(self) -> ClosedBatch:
         """Finish the batch: compress the records section and write the header.

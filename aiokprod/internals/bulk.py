@@ -1,0 +1,159 @@
+"""BulkDelivery: the result of ``Producer.send_many()``, one object for many records.
+
+The bulk path exists to take per-record Python objects off the hot path: instead of one
+:class:`~aiokprod.internals.batch.DeliveryFuture` per record it keeps one *segment* per batch
+the records went into (the batch's shared result, the partition, the first index, the count)
+and the serialized sizes in compact arrays. Record metadata is built only when asked for.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Generator
+from itertools import repeat as _repeat
+from typing import Any
+
+from aiokprod.internals.batch import BatchResult
+from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
+
+
+class _Segment:
+    __slots__ = ("count", "result", "start", "tp")
+
+    def __init__(self, result: BatchResult, tp: TopicPartition, start: int) -> None:
+        self.result = result
+        self.tp = tp
+        self.start = start
+        self.count = 0
+
+
+class BulkDelivery:
+    """What became of the records of one ``send_many()`` call, in the order they were given.
+
+    ``await bulk`` waits for every record and returns their :class:`RecordMetadata` in order;
+    it raises the first error if any record failed (the others are still delivered, as with
+    ``asyncio.gather``). :meth:`wait` waits without raising; :meth:`exception` and
+    :meth:`errors` report failures; :meth:`metadata` builds the metadata list.
+    """
+
+    __slots__ = ("_key_sizes", "_segments", "_timestamps", "_value_sizes")
+
+    def __init__(self) -> None:
+        self._segments: list[_Segment] = []
+        self._key_sizes = array("i")
+        self._value_sizes = array("i")
+        self._timestamps = array("q")
+
+    def _add(
+        self,
+        result: BatchResult,
+        tp: TopicPartition,
+        index: int,
+        key_size: int,
+        value_size: int,
+        timestamp_ms: int,
+    ) -> None:
+        segments = self._segments
+        last = segments[-1] if segments else None
+        if last is None or last.result is not result or last.start + last.count != index:
+            last = _Segment(result, tp, index)
+            segments.append(last)
+        last.count += 1
+        self._key_sizes.append(key_size)
+        self._value_sizes.append(value_size)
+        self._timestamps.append(timestamp_ms)
+
+    def _extend_last(self, count: int, timestamp_ms: int) -> None:
+        """``count`` more unkeyed records right after the last one added, in its batch.
+
+        Their value sizes were appended to ``_value_sizes`` by the builder already.
+        """
+        self._segments[-1].count += count
+        self._key_sizes.extend(_repeat(-1, count))
+        self._timestamps.extend(_repeat(timestamp_ms, count))
+
+    def __len__(self) -> int:
+        return len(self._value_sizes)
+
+    def done(self) -> bool:
+        """Whether every record was acknowledged or failed."""
+        return all(s.result.done for s in self._segments)
+
+    async def wait(self) -> None:
+        """Wait until every record was acknowledged or failed (never raises their errors)."""
+        for segment in self._segments:
+            await segment.result.wait()
+
+    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+        yield from self.wait().__await__()
+        error = self.exception()
+        if error is not None:
+            raise error
+        return self.metadata()
+
+    def exception(self) -> BaseException | None:
+        """The first error among the records, or None if all were acknowledged.
+
+        Raises:
+            asyncio.InvalidStateError: some record is not done yet.
+        """
+        for _, error in self._iter_errors(first_only=True):
+            return error
+        return None
+
+    def errors(self) -> list[tuple[int, BaseException]]:
+        """``(position, error)`` for every failed record, ``position`` counting from 0."""
+        return list(self._iter_errors(first_only=False))
+
+    def _iter_errors(self, first_only: bool) -> Generator[tuple[int, BaseException], None, None]:
+        import asyncio
+
+        position = 0
+        for segment in self._segments:
+            result = segment.result
+            if not result.done:
+                raise asyncio.InvalidStateError("some records are not acknowledged yet")
+            if result.error is not None or result.record_errors:
+                for i in range(segment.count):
+                    error = result.error
+                    if result.record_errors:
+                        error = result.record_errors.get(segment.start + i, error)
+                    if error is not None:
+                        yield position + i, error
+                        if first_only:
+                            return
+            position += segment.count
+
+    def metadata(self) -> list[RecordMetadata]:
+        """Every record's metadata, in order (failed records raise their error).
+
+        Raises:
+            asyncio.InvalidStateError: some record is not done yet.
+            KafkaError: the first failed record's error.
+        """
+        error = self.exception()
+        if error is not None:
+            raise error
+        out: list[RecordMetadata] = []
+        position = 0
+        for segment in self._segments:
+            result = segment.result
+            base = result.base_offset
+            append_time = result.log_append_time_ms
+            topic, partition = segment.tp
+            for i in range(segment.count):
+                j = position + i
+                offset = base + segment.start + i if base >= 0 else UNKNOWN_OFFSET
+                timestamp = append_time if append_time >= 0 else self._timestamps[j]
+                out.append(
+                    RecordMetadata(
+                        topic,
+                        partition,
+                        offset,
+                        timestamp,
+                        self._key_sizes[j],
+                        self._value_sizes[j],
+                    )
+                )
+            position += segment.count
+        return out

@@ -1,0 +1,82 @@
+"""RecordBatchBuilder.append_values (the bulk path's inner loop) against try_append."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiokprod.protocol.records import NOT_APPENDED, RecordBatchBuilder, read_record_batch
+
+values_st = st.lists(st.one_of(st.none(), st.binary(max_size=300)), max_size=200)
+
+
+def build_with_try_append(ts: int, values: list[bytes | None], limit: int) -> tuple[bytes, int]:
+    builder = RecordBatchBuilder()
+    count = 0
+    for value in values:
+        if builder.try_append(ts, None, value, None, limit) < 0:
+            break
+        count += 1
+    return bytes(builder.close().data), count
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=values_st, limit=st.integers(min_value=100, max_value=20_000))
+def test_same_bytes_as_try_append(values: list[bytes | None], limit: int) -> None:
+    ts = 1_700_000_000_000
+    builder = RecordBatchBuilder()
+    sizes = array("i")
+    it = iter(values)
+    leftover = builder.append_values(ts, it, limit, 10**9, sizes)
+    appended = builder.record_count
+    if not values:
+        return
+    expected, expected_count = build_with_try_append(ts, values, limit)
+    assert appended == expected_count
+    assert bytes(builder.close().data) == expected
+    assert list(sizes) == [-1 if v is None else len(v) for v in values[:appended]]
+    if appended == len(values):
+        assert leftover is NOT_APPENDED
+        return
+    assert builder.full
+    if leftover is NOT_APPENDED:  # filled up exactly: the next value is still in the iterator
+        assert next(it) == values[appended]
+    else:
+        assert leftover == values[appended]
+
+
+def test_continues_a_batch_started_by_try_append_and_reads_back() -> None:
+    builder = RecordBatchBuilder()
+    builder.try_append(1000, b"k", b"first", None, 16384)
+    sizes = array("i")
+    leftover = builder.append_values(1005, iter([b"a", None, b"ccc"]), 16384, 100, sizes)
+    assert leftover is NOT_APPENDED
+    batch = read_record_batch(builder.close().data)
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in batch.records] == [
+        (0, b"k", b"first", 1000),
+        (1, None, b"a", 1005),
+        (2, None, None, 1005),
+        (3, None, b"ccc", 1005),
+    ]
+    assert batch.max_timestamp == 1005
+    assert list(sizes) == [1, -1, 3]
+
+
+@pytest.mark.parametrize("bad", ["text", 7, bytearray(b"x")])
+def test_hands_back_what_it_cannot_take(bad: object) -> None:
+    builder = RecordBatchBuilder()
+    sizes = array("i")
+    it = iter([b"ok", bad, b"never"])
+    assert builder.append_values(0, it, 16384, 100, sizes) is bad
+    assert builder.record_count == 1
+    assert next(it) == b"never"
+
+
+def test_hands_back_a_value_larger_than_max_value_size() -> None:
+    builder = RecordBatchBuilder()
+    big = bytes(101)
+    assert builder.append_values(0, iter([big]), 16384, 100, array("i")) is big
+    assert builder.record_count == 0
