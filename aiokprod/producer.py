@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from array import array
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
 from types import TracebackType
@@ -474,9 +475,10 @@ class Producer:
             A :class:`BulkDelivery`; ``await`` it for every record's metadata.
 
         Raises:
-            ValueError: ``keys`` and ``values`` have different lengths (records before the
-                mismatch are queued).
-            KafkaError: as :meth:`send`; records before the failing one are queued.
+            ValueError: ``keys`` and ``values`` have different lengths (nothing is queued).
+            KafkaError: as :meth:`send`. Keyed records are all serialized and checked before
+                any is queued; unkeyed records are checked one by one, so those before the
+                failing one are queued.
 
         Cancellation:
             Records are queued in order; if the call is cancelled (it awaits only when a new
@@ -526,6 +528,20 @@ class Producer:
         try_append = acc.try_append
         add = bulk._add
         wake = self._sender.wakeup if self._sender is not None else _no_wakeup
+        if keys is not None:
+            # Materialized once: the keyed path reads them twice, and falls back to the
+            # per-record path on a None key.
+            keys = key_list = list(keys)
+            values = value_list = list(values)
+            if (
+                partition is None
+                and header_bytes is None
+                and self._hash_keys
+                and await self._send_many_keyed(
+                    bulk, topic, key_list, value_list, timestamp_ms, info, tps, started
+                )
+            ):
+                return bulk
         if (
             keys is None
             and value_serializer is None
@@ -667,6 +683,106 @@ class Producer:
                 sticky.produced_bytes += builder.size_in_bytes - before + size
                 sticky.maybe_switch(batch.is_full, num_partitions, info.available)
 
+    async def _send_many_keyed(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        keys: list[Any],
+        values: list[Any],
+        timestamp_ms: int,
+        info: TopicInfo,
+        tps: tuple[TopicPartition, ...],
+        started: float,
+    ) -> bool:
+        """``send_many`` for keyed records, grouped by partition; False if it does not apply.
+
+        Every record is serialized, checked and hashed first (so bad input raises before
+        anything is queued); then the records are appended partition by partition, in input
+        order within each partition (which is all Kafka orders), one builder call per
+        batch. A key that is None sends the call back to the per-record path (False).
+        """
+        key_list = list(keys)
+        value_list = list(values)
+        if len(key_list) != len(value_list):
+            raise ValueError(
+                f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
+            )
+        key_serializer = self._key_serializer
+        value_serializer = self._value_serializer
+        for i, key in enumerate(key_list):
+            if key_serializer is not None:
+                key = key_list[i] = apply_serializer(key_serializer, key, "key")
+            elif type(key) is not bytes and key is not None:
+                key = key_list[i] = to_bytes(key, "key")
+            if key is None:
+                return False
+        limit = self._record_limit - _BATCH_OF_ONE_OVERHEAD - 1
+        for i, value in enumerate(value_list):
+            if value_serializer is not None:
+                value = value_list[i] = apply_serializer(value_serializer, value, "value")
+            elif value is not None and type(value) is not bytes:
+                value = value_list[i] = to_bytes(value, "value")
+            size = len(key_list[i]) + (0 if value is None else len(value))
+            if size > limit:
+                raise self._too_large(size + _BATCH_OF_ONE_OVERHEAD + 1)
+        partitions = self._hasher.partitions(key_list, len(info.partitions))
+        # A stable sort: records of one partition stay in input order.
+        by_partition = sorted(range(len(key_list)), key=partitions.__getitem__)
+        acc = self._acc
+        batch_size = acc.batch_size
+        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
+        bulk._order = order = array("i")
+        key_sizes = bulk._key_sizes
+        value_sizes = bulk._value_sizes
+        run_start = 0
+        total = len(by_partition)
+        while run_start < total:
+            p = partitions[by_partition[run_start]]
+            run_end = run_start
+            while run_end < total and partitions[by_partition[run_end]] == p:
+                run_end += 1
+            tp = tps[p]
+            indexes = iter(by_partition[run_start:run_end])
+            run_start = run_end
+            pending = next(indexes, -1)
+            while pending >= 0:
+                i, pending = pending, -1
+                key, value = key_list[i], value_list[i]
+                appended = acc.try_append(tp, timestamp_ms, key, value, None)
+                if appended is None:
+                    batch, index = await self._append_new_batch(
+                        tp, timestamp_ms, key, value, None, started
+                    )
+                    wake()
+                else:
+                    batch, index = appended
+                key_sizes.append(len(key))
+                value_sizes.append(-1 if value is None else len(value))
+                order.append(i)
+                bulk._add_run(batch.result, tp, index, 1, timestamp_ms)
+                builder = batch.builder
+                if builder is not None and not builder.full:
+                    start = builder.record_count
+                    pending = builder.append_keyed(
+                        timestamp_ms,
+                        key_list,
+                        value_list,
+                        indexes,
+                        batch_size,
+                        key_sizes,
+                        value_sizes,
+                        order,
+                    )
+                    added = builder.record_count - start
+                    if added:
+                        bulk._add_run(batch.result, tp, start, added, timestamp_ms)
+                if builder is None or builder.full:
+                    batch.is_full = True
+                    wake()
+                if pending < 0 and batch.is_full:
+                    pending = next(indexes, -1)
+        return True
+
     async def _wait_for_topic(self, topic: str, partition: int | None) -> TopicInfo:
         if type(topic) is not str or not topic:
             raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
@@ -759,10 +875,14 @@ class Producer:
             cancelled while waiting for the acknowledgement.
         """
         delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
-        if not delivery.done():
+        sender = self._sender
+        if not delivery.done() and sender is not None:
             self._acc.expedite(delivery.tp)
-            if self._sender is not None:
-                self._sender.wakeup()
+            # Run a sender pass right here instead of waking the sender task and waiting
+            # for it to be scheduled: the request is written one event-loop turn sooner.
+            # run_once is synchronous, so it cannot interleave with the sender task's pass.
+            sender.run_once(monotonic_ms())
+            sender.wakeup()  # let the sender task recompute its next deadline
         return await delivery
 
     async def flush(self, timeout: float | None = None) -> None:

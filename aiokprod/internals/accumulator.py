@@ -223,9 +223,21 @@ class RecordAccumulator:
         fill up. ``can_drain`` lets idempotence hold back batches that must wait (no
         producer id yet, or an earlier sequence still in flight).
         """
+        # Only partitions with queued batches are visited, so a topic with a thousand
+        # partitions costs what is queued, not what exists.
+        queued_by_node: dict[int, list[TopicPartition]] = {}
+        leader_for = cluster.leader_for
+        for tp in self._queues:
+            leader = leader_for(tp)
+            if leader in nodes:
+                queued = queued_by_node.get(leader)
+                if queued is None:
+                    queued_by_node[leader] = [tp]
+                else:
+                    queued.append(tp)
         drained: dict[int, list[ProducerBatch]] = {}
-        for node in nodes:
-            batches = self._drain_node(cluster, node, max_request_bytes, now_ms, can_drain)
+        for node, queued in queued_by_node.items():
+            batches = self._drain_node(cluster, node, queued, max_request_bytes, now_ms, can_drain)
             if batches:
                 drained[node] = batches
         return drained
@@ -234,21 +246,22 @@ class RecordAccumulator:
         self,
         cluster: ClusterSnapshot,
         node: int,
+        queued: list[TopicPartition],
         max_request_bytes: int,
         now_ms: int,
         can_drain: DrainFilter | None,
     ) -> list[ProducerBatch]:
-        partitions = cluster.by_leader.get(node, ())
-        if not partitions:
-            return []
-        count = len(partitions)
+        count = len(cluster.by_leader.get(node, ())) or 1
         start = self._drain_start.get(node, 0) % count
+        position = cluster.leader_position
+        if len(queued) > 1:
+            # Rotate: start at the partition after the one that started last time.
+            queued.sort(key=lambda tp: (position(tp) - start) % count)
         ready: list[ProducerBatch] = []
         size = 0
-        for i in range(count):
-            tp = partitions[(start + i) % count]
-            dq = self._queues.get(tp)
-            if not dq or tp in self.muted:
+        for tp in queued:
+            dq = self._queues[tp]
+            if tp in self.muted:
                 continue
             first = dq[0]
             if first.attempts and first.retry_at_ms > now_ms:
@@ -259,7 +272,7 @@ class RecordAccumulator:
             # will take once closed, so the check never closes a batch it cannot take.
             if ready and size + first.size_in_bytes > max_request_bytes:
                 # Resume from this partition next time so it is not skipped twice.
-                self._drain_start[node] = (start + i) % count
+                self._drain_start[node] = position(tp)
                 return ready
             closed = first.close()
             dq.popleft()

@@ -36,13 +36,16 @@ class BulkDelivery:
     :meth:`errors` report failures; :meth:`metadata` builds the metadata list.
     """
 
-    __slots__ = ("_key_sizes", "_segments", "_timestamps", "_value_sizes")
+    __slots__ = ("_key_sizes", "_order", "_segments", "_timestamps", "_value_sizes")
 
     def __init__(self) -> None:
         self._segments: list[_Segment] = []
         self._key_sizes = array("i")
         self._value_sizes = array("i")
         self._timestamps = array("q")
+        #: When records were appended out of input order (keyed, grouped by partition):
+        #: the input position of each record, in append order.
+        self._order: array[int] | None = None
 
     def _add(
         self,
@@ -62,6 +65,18 @@ class BulkDelivery:
         self._key_sizes.append(key_size)
         self._value_sizes.append(value_size)
         self._timestamps.append(timestamp_ms)
+
+    def _add_run(
+        self, result: BatchResult, tp: TopicPartition, start: int, count: int, timestamp_ms: int
+    ) -> None:
+        """``count`` records appended from index ``start`` of one batch (sizes already in)."""
+        segments = self._segments
+        last = segments[-1] if segments else None
+        if last is None or last.result is not result or last.start + last.count != start:
+            last = _Segment(result, tp, start)
+            segments.append(last)
+        last.count += count
+        self._timestamps.extend(_repeat(timestamp_ms, count))
 
     def _extend_last(self, count: int, timestamp_ms: int) -> None:
         """``count`` more unkeyed records right after the last one added, in its batch.
@@ -97,13 +112,20 @@ class BulkDelivery:
         Raises:
             asyncio.InvalidStateError: some record is not done yet.
         """
+        if self._order is not None:
+            errors = self.errors()
+            return errors[0][1] if errors else None
         for _, error in self._iter_errors(first_only=True):
             return error
         return None
 
     def errors(self) -> list[tuple[int, BaseException]]:
         """``(position, error)`` for every failed record, ``position`` counting from 0."""
-        return list(self._iter_errors(first_only=False))
+        found = list(self._iter_errors(first_only=False))
+        order = self._order
+        if order is None:
+            return found
+        return sorted((order[i], error) for i, error in found)
 
     def _iter_errors(self, first_only: bool) -> Generator[tuple[int, BaseException], None, None]:
         import asyncio
@@ -156,4 +178,10 @@ class BulkDelivery:
                     )
                 )
             position += segment.count
-        return out
+        order = self._order
+        if order is None:
+            return out
+        in_input_order: list[RecordMetadata] = [out[0]] * len(out)
+        for appended, original in enumerate(order):
+            in_input_order[original] = out[appended]
+        return in_input_order

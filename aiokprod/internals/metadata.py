@@ -72,10 +72,16 @@ class ClusterSnapshot:
     #: node id -> partitions it leads (precomputed for drain()).
     by_leader: Mapping[int, tuple[TopicPartition, ...]] = field(default_factory=dict)
     _leaders: Mapping[TopicPartition, int] = field(default_factory=dict)
+    #: tp -> its index in ``by_leader[its leader]`` (drain's rotation order).
+    _positions: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def leader_for(self, tp: TopicPartition) -> int:
         """The leader node of ``tp``, or -1 if unknown."""
         return self._leaders.get(tp, NO_LEADER)
+
+    def leader_position(self, tp: TopicPartition) -> int:
+        """``tp``'s index among the partitions its leader leads (0 if unknown)."""
+        return self._positions.get(tp, 0)
 
     def partition_info(self, tp: TopicPartition) -> PartitionInfo | None:
         """The partition's info, if the topic and partition are known."""
@@ -102,6 +108,7 @@ class ClusterSnapshot:
                     tp = TopicPartition(topic.name, p.partition)
                     leaders[tp] = p.leader
                     by_leader.setdefault(p.leader, []).append(tp)
+        positions = {tp: i for tps in by_leader.values() for i, tp in enumerate(tps)}
         return cls(
             brokers=dict(brokers),
             topics=dict(topics),
@@ -110,6 +117,7 @@ class ClusterSnapshot:
             controller_id=controller_id,
             by_leader={node: tuple(tps) for node, tps in by_leader.items()},
             _leaders=leaders,
+            _positions=positions,
         )
 
     def merged_with(self, response: MetadataResponse, requested: Iterable[str]) -> ClusterSnapshot:

@@ -72,6 +72,22 @@ class KeyHasher:
         self._hash = hash_function
         self._cache: dict[bytes, int] = {}
 
+    def partitions(self, keys: Sequence[bytes], num_partitions: int) -> list[int]:
+        """The partition of every key (the bulk path's loop)."""
+        cache = self._cache
+        get = cache.get
+        out: list[int] = []
+        append = out.append
+        for key in keys:
+            h = get(key)
+            if h is None:
+                h = to_positive(self._hash(key))
+                if len(cache) >= _HASH_CACHE_LIMIT:
+                    cache.clear()
+                cache[bytes(key)] = h
+            append(h % num_partitions)
+        return out
+
     def partition(self, key: bytes, num_partitions: int) -> int:
         """The partition for ``key`` among ``num_partitions``."""
         cache = self._cache

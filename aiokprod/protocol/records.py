@@ -291,6 +291,81 @@ class RecordBatchBuilder:
             self.record_count = count
         return leftover
 
+    def append_keyed(
+        self,
+        timestamp_ms: int,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        indexes: Iterator[int],
+        size_limit: int,
+        key_sizes: array[int],
+        value_sizes: array[int],
+        positions: array[int],
+    ) -> int:
+        """Append keyed, header-less records ``keys[i], values[i]`` for ``i`` in ``indexes``.
+
+        ``key_sizes``, ``value_sizes`` and ``positions`` (the ``i``) receive one entry per
+        record appended.
+
+        The keyed bulk path's inner loop (see :meth:`append_values`); keys must be ``bytes``
+        and values ``bytes`` or None, as the caller has checked.
+
+        Returns:
+            The index taken from ``indexes`` but not appended because it did not fit, or -1
+            when none was handed back (``indexes`` ran out, or the batch filled up exactly).
+        """
+        buf = self._buf
+        count = self.record_count
+        ts_delta = timestamp_ms - self.base_timestamp if count else 0
+        tsd = _VARINT[ts_delta] if 0 <= ts_delta < VARINT_CACHE_SIZE else encode_varlong(ts_delta)
+        head = _ZERO_BYTE + tsd
+        fixed = len(head) + 1  # + header count
+        cache = _VARINT
+        cache_size = VARINT_CACHE_SIZE
+        null = _NULL
+        tail = _NO_HEADERS
+        empty = b""
+        used = len(buf)
+        start = count
+        leftover = -1
+        for i in indexes:
+            key = keys[i]
+            value = values[i]
+            k = len(key)
+            kl = cache[k] if k < cache_size else encode_varint(k)
+            if value is None:
+                n = -1
+                vl = null
+                value = empty
+            else:
+                n = len(value)
+                vl = cache[n] if n < cache_size else encode_varint(n)
+            od = cache[count] if count < cache_size else encode_varint(count)
+            body = fixed + len(od) + len(kl) + k + len(vl) + (n if n > 0 else 0)
+            prefix = cache[body] if body < cache_size else encode_varint(body)
+            total = len(prefix) + body
+            if count and used + total > size_limit:
+                leftover = i
+                self.full = True
+                break
+            buf += b"".join((prefix, head, od, kl, key, vl, value, tail))
+            used += total
+            key_sizes.append(k)
+            value_sizes.append(n)
+            positions.append(i)
+            count += 1
+            if used >= size_limit:
+                self.full = True
+                break
+        if count > start:
+            if not start:
+                self.base_timestamp = timestamp_ms
+                self.max_timestamp = timestamp_ms
+            elif timestamp_ms > self.max_timestamp:
+                self.max_timestamp = timestamp_ms
+            self.record_count = count
+        return leftover
+
     def close(self) -> ClosedBatch:
         """Finish the batch: compress the records section and write the header.
 

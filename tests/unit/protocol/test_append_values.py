@@ -80,3 +80,44 @@ def test_hands_back_a_value_larger_than_max_value_size() -> None:
     big = bytes(101)
     assert builder.append_values(0, iter([big]), 16384, 100, array("i")) is big
     assert builder.record_count == 0
+
+
+pairs_st = st.lists(
+    st.tuples(st.binary(max_size=40), st.one_of(st.none(), st.binary(max_size=300))),
+    max_size=200,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=pairs_st, limit=st.integers(min_value=100, max_value=20_000))
+def test_append_keyed_same_bytes_as_try_append(
+    pairs: list[tuple[bytes, bytes | None]], limit: int
+) -> None:
+    ts = 1_700_000_000_123
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    builder = RecordBatchBuilder()
+    key_sizes, value_sizes, positions = array("i"), array("i"), array("i")
+    order = list(range(len(pairs)))[::-1]  # any order of indexes is allowed
+    it = iter(order)
+    left = builder.append_keyed(ts, keys, values, it, limit, key_sizes, value_sizes, positions)
+    appended = builder.record_count
+    reference = RecordBatchBuilder()
+    expected = 0
+    for i in order:
+        if reference.try_append(ts, keys[i], values[i], None, limit) < 0:
+            break
+        expected += 1
+    assert appended == expected
+    assert list(positions) == order[:appended]
+    assert list(key_sizes) == [len(keys[i]) for i in order[:appended]]
+    assert list(value_sizes) == [
+        -1 if values[i] is None else len(values[i]) for i in order[:appended]
+    ]
+    if appended:
+        assert bytes(builder.close().data) == bytes(reference.close().data)
+    if appended < len(order):
+        assert builder.full
+        assert left == order[appended] or (left == -1 and next(it) == order[appended])
+    else:
+        assert left == -1
