@@ -488,110 +488,61 @@ class Producer:
         if self._state is not _State.RUNNING:
             raise self._not_running()
         bulk = BulkDelivery()
-        if self._interceptors:
-            # Interceptors see every record: take the per-record path.
-            pairs = (
-                zip(keys, values, strict=True) if keys is not None else ((None, v) for v in values)
-            )
-            for key, value in pairs:
-                handle = await self.send(topic, value, key, partition, timestamp_ms, headers)
-                bulk._add(
-                    handle._result,
-                    handle.tp,
-                    handle._index,
-                    handle._key_size,
-                    handle._value_size,
-                    handle._timestamp_ms,
-                )
-            return bulk
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        info = self._metadata.snapshot.topics.get(topic)
-        started = 0.0
-        if info is None or (partition is not None and partition >= info.num_partitions):
-            started = time.monotonic()
-            info = await self._wait_for_topic(topic, partition)
-        header_bytes = serialize_headers(headers) if headers else None
-        overhead = _BATCH_OF_ONE_OVERHEAD + (len(header_bytes) if header_bytes else 1)
-        if timestamp_ms is None:
-            timestamp_ms = int(_time() * 1000)
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
-            raise InvalidArgumentError(f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}")
-        num_partitions = len(info.partitions)
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) != num_partitions:
-            tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
-        value_serializer = self._value_serializer
-        key_serializer = self._key_serializer
-        limit = self._record_limit
-        acc = self._acc
-        try_append = acc.try_append
-        add = bulk._add
-        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
-        if keys is not None:
-            # Materialized once: the keyed path reads them twice, and falls back to the
-            # per-record path on a None key.
-            keys = key_list = list(keys)
-            values = value_list = list(values)
-            if (
-                partition is None
-                and header_bytes is None
-                and self._hash_keys
-                and await self._send_many_keyed(
-                    bulk, topic, key_list, value_list, timestamp_ms, info, tps, started
+        if not self._interceptors:
+            info = self._metadata.snapshot.topics.get(topic)
+            started = 0.0
+            if info is None or (partition is not None and partition >= info.num_partitions):
+                started = time.monotonic()
+                info = await self._wait_for_topic(topic, partition)
+            header_bytes = serialize_headers(headers) if headers else None
+            if timestamp_ms is None:
+                timestamp_ms = int(_time() * 1000)
+            elif type(timestamp_ms) is not int or timestamp_ms < 0:
+                raise InvalidArgumentError(
+                    f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}"
                 )
-            ):
+            num_partitions = len(info.partitions)
+            tps = self._tps.get(topic)
+            if tps is None or len(tps) != num_partitions:
+                tps = self._tps[topic] = tuple(
+                    TopicPartition(topic, p) for p in range(num_partitions)
+                )
+            if keys is not None:
+                # Materialized once: the keyed path reads them twice, and hands them to the
+                # per-record path below on a None key.
+                keys = key_list = list(keys)
+                values = value_list = list(values)
+                if (
+                    partition is None
+                    and header_bytes is None
+                    and self._hash_keys
+                    and await self._send_many_keyed(
+                        bulk, topic, key_list, value_list, timestamp_ms, info, tps, started
+                    )
+                ):
+                    return bulk
+            elif partition is not None or self._partitions.is_sticky_for_unkeyed:
+                serializer = self._value_serializer
+                if serializer is not None:
+                    values = (apply_serializer(serializer, v, "value") for v in values)
+                await self._send_many_unkeyed(
+                    bulk, topic, values, partition, timestamp_ms, header_bytes, info, tps, started
+                )
                 return bulk
-        if (
-            keys is None
-            and value_serializer is None
-            and (partition is not None or self._partitions.is_sticky_for_unkeyed)
-        ):
-            await self._send_many_unkeyed(
-                bulk, topic, values, partition, timestamp_ms, header_bytes, info, tps, started
-            )
-            return bulk
+        # Everything else (interceptors, a custom or round-robin partitioner, keyed records
+        # with headers, a fixed partition or None keys) takes send() record by record.
         for key, value in _pairs(keys, values):
-            if value_serializer is not None:
-                value = apply_serializer(value_serializer, value, "value")
-            elif value is not None and type(value) is not bytes:
-                value = to_bytes(value, "value")
-            if key_serializer is not None:
-                key = apply_serializer(key_serializer, key, "key")
-            elif key is not None and type(key) is not bytes:
-                key = to_bytes(key, "key")
-            value_size = -1 if value is None else len(value)
-            key_size = -1 if key is None else len(key)
-            size = overhead + (value_size if value_size > 0 else 0)
-            if key_size > 0:
-                size += key_size
-            if size > limit:
-                raise self._too_large(size)
-            sticky = None
-            if partition is not None:
-                p = partition
-            elif key is not None and self._hash_keys:
-                p = self._hasher.partition(key, num_partitions)
-            else:
-                p, sticky = self._partitions.choose(topic, key, num_partitions, info.available)
-            tp = tps[p]
-            appended = try_append(tp, timestamp_ms, key, value, header_bytes)
-            if appended is None:
-                batch, index = await self._append_new_batch(
-                    tp, timestamp_ms, key, value, header_bytes, started
-                )
-                wake()
-                grown = size
-            else:
-                batch, index = appended
-                if batch.is_full:
-                    wake()
-                grown = size - BATCH_HEADER_SIZE
-            if sticky is not None:
-                sticky.produced_bytes += grown
-                if sticky.produced_bytes >= sticky.batch_size:
-                    sticky.maybe_switch(acc.last_batch_full(tp), num_partitions, info.available)
-            add(batch.result, tp, index, key_size, value_size, timestamp_ms)
+            handle = await self.send(topic, value, key, partition, timestamp_ms, headers)
+            bulk._add(
+                handle._result,
+                handle.tp,
+                handle._index,
+                handle._key_size,
+                handle._value_size,
+                handle._timestamp_ms,
+            )
         return bulk
 
     async def _send_many_unkeyed(
