@@ -38,7 +38,7 @@ docs: $(STAMP)
 kafka: $(STAMP)
 	$(PY) -m aiokprod.testing run
 
-## bench: aiokprod against its peers on a local Kafka, 3 interleaved repetitions (~25 min);
+## bench: aiokprod against its peers on a local Kafka, 3 interleaved repetitions (10-15 min);
 ##        results in benchmarks/results/, docs/benchmarks.{md,png}.
 ##        BENCH_ARGS="--quick" for a smoke run; also --clients/--workloads (see --help)
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -1,0 +1,211 @@
+"""What is measured: the settings shared by every client, the workloads and the clients.
+
+Every client gets the same producer settings (``COMMON``), translated into its own option
+names by its runner; a workload changes only what it says it changes. Record counts depend on
+how fast a client is (``Client.speed``) so that each run takes a few seconds: rates are
+compared, not totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Kind = Literal["throughput", "latency"]
+Speed = Literal["fast", "medium", "slow"]
+
+COMMON: dict[str, object] = {
+    "linger_ms": 5,
+    "batch_size": 16_384,
+    "compression": "none",
+    "idempotence": False,
+    "max_in_flight": 5,
+}
+"""Settings every client runs with unless the workload or the client variant says otherwise.
+
+Idempotence is off for all: kafka-python and aiokafka's defaults do not use it and it keeps
+the comparison about the client, not the guarantee (the ``aiokprod idempotent`` row shows
+what it costs). ``max_in_flight`` is set where the client has the option (aiokafka has no such
+option: it keeps at most one Produce request in flight per broker).
+"""
+
+DEFAULT_PARTITIONS = 6
+VALUE_POOL = 1_000
+"""Distinct values each client cycles through (the Java perf tool picks among the same ones)."""
+KEY_COUNT = 1_000
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One measured scenario; every selected client runs it with the same records."""
+
+    name: str
+    title: str
+    kind: Kind = "throughput"
+    acks: str = "1"
+    value_size: int = 100
+    keys: int = 0
+    partitions: int = DEFAULT_PARTITIONS
+    compression: str = "none"
+    linger_ms: int = 5
+    records: dict[Speed, int] = field(
+        default_factory=lambda: {"fast": 1_000_000, "medium": 400_000, "slow": 100_000}
+    )
+    """Records per run by client speed (throughput), or timed sends (latency)."""
+    warmup: int = 0
+    """Latency workloads: untimed send-and-waits before the timed ones (also verified)."""
+    note: str = ""
+
+    def describe(self) -> str:
+        """The settings of this workload in one line."""
+        parts = [
+            f"{self.value_size} B values",
+            f"{self.keys:,} keys" if self.keys else "no keys",
+            f"{self.partitions:,} partition(s)",
+            f"acks={self.acks}",
+            f"linger {self.linger_ms} ms",
+            f"compression {self.compression}",
+        ]
+        if self.kind == "latency":
+            parts.append("one send-and-wait at a time")
+        return ", ".join(parts)
+
+
+_LATENCY_LINGER0 = {"fast": 2_000, "medium": 2_000, "slow": 2_000}
+_LATENCY_LINGER5 = {"fast": 1_000, "medium": 1_000, "slow": 1_000}
+_KIB = {"fast": 300_000, "medium": 150_000, "slow": 40_000}
+_MANY_PARTITIONS = {"fast": 1_000_000, "medium": 400_000, "slow": 20_000}
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("unkeyed", "Unkeyed 100 B, acks=1"),
+    Workload("unkeyed-acks-all", "Unkeyed 100 B, acks=all", acks="all"),
+    Workload("keyed", "Keyed (1,000 keys) 100 B, acks=1", keys=KEY_COUNT),
+    Workload("value-1k", "Unkeyed 1 KiB, acks=1", value_size=1024, records=_KIB),
+    Workload("lz4", "Unkeyed 100 B, lz4, acks=1", compression="lz4"),
+    Workload("zstd", "Unkeyed 100 B, zstd, acks=1", compression="zstd"),
+    Workload(
+        "latency-linger0",
+        "send-and-wait, linger 0",
+        kind="latency",
+        linger_ms=0,
+        records=_LATENCY_LINGER0,
+        warmup=200,
+    ),
+    Workload(
+        "latency-linger5",
+        "send-and-wait, linger 5 ms",
+        kind="latency",
+        linger_ms=5,
+        records=_LATENCY_LINGER5,
+        warmup=50,
+        note="a client that sits out linger_ms takes >= 5 ms per send",
+    ),
+    Workload("partitions-1", "Unkeyed 100 B, 1 partition", partitions=1),
+    Workload("partitions-100", "Unkeyed 100 B, 100 partitions", partitions=100),
+    Workload(
+        "partitions-1000",
+        "Unkeyed 100 B, 1,000 partitions",
+        partitions=1_000,
+        records=_MANY_PARTITIONS,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Client:
+    """A row of the tables: a client library (``family``) with optional setting overrides."""
+
+    id: str
+    family: str
+    label: str
+    speed: Speed
+    overrides: dict[str, object] = field(default_factory=dict)
+    mode: Literal["send", "send_many"] = "send"
+    library_defaults: bool = False
+    """Use the library's defaults for everything except bootstrap (``aiokprod defaults``)."""
+    only: tuple[str, ...] = ()
+    """If set, the only workloads this row runs."""
+    kinds: tuple[Kind, ...] = ("throughput", "latency")
+    keyed: bool = True
+    """Whether it can send keyed records."""
+    note: str = ""
+
+
+CLIENTS: tuple[Client, ...] = (
+    Client("aiokprod", "aiokprod", "aiokprod", "medium"),
+    Client(
+        "aiokprod-send-many",
+        "aiokprod",
+        "aiokprod send_many",
+        "fast",
+        mode="send_many",
+        kinds=("throughput",),
+        note="bulk API; runs only if Producer has send_many",
+    ),
+    Client(
+        "aiokprod-idempotent",
+        "aiokprod",
+        "aiokprod idempotent",
+        "medium",
+        overrides={"idempotence": True},
+        only=("unkeyed-acks-all",),
+        note="information: idempotence on (needs acks=all)",
+    ),
+    Client(
+        "aiokprod-defaults",
+        "aiokprod",
+        "aiokprod defaults",
+        "medium",
+        library_defaults=True,
+        only=("latency-linger5",),
+        note="Producer(bootstrap) with nothing else: acks=all, idempotence on, linger 5 ms",
+    ),
+    Client("aiokafka", "aiokafka", "aiokafka", "medium"),
+    Client("confluent", "confluent", "confluent-kafka Producer", "fast"),
+    Client("confluent-aio", "confluent-aio", "confluent-kafka AIOProducer", "medium"),
+    Client("kafka-python", "kafka-python", "kafka-python", "slow"),
+    Client(
+        "java",
+        "java",
+        "Java ProducerPerformance",
+        "fast",
+        kinds=("throughput",),
+        keyed=False,
+        note="Apache Kafka's own perf tool (null keys only, no send-and-wait mode)",
+    ),
+)
+
+BASELINE = "aiokafka"
+"""The client every ratio is taken against."""
+
+
+def applies(client: Client, workload: Workload) -> bool:
+    """Whether ``client`` has a row in ``workload`` (capabilities, not availability)."""
+    if client.only:
+        return workload.name in client.only
+    if workload.kind not in client.kinds:
+        return False
+    return not (workload.keys and not client.keyed)
+
+
+def quick(workload: Workload) -> Workload:
+    """The ``--quick`` version of a workload: a tenth of the records (at least 300)."""
+    if workload.kind == "latency":
+        records = {speed: max(n // 5, 100) for speed, n in workload.records.items()}
+        return replace(workload, records=records, warmup=min(workload.warmup, 20))  # type: ignore[arg-type]
+    records = {speed: max(n // 10, 300) for speed, n in workload.records.items()}
+    return replace(workload, records=records)  # type: ignore[arg-type]
+
+
+def run_settings(client: Client, workload: Workload) -> dict[str, object]:
+    """The producer settings of one run, before the runner translates them."""
+    settings: dict[str, object] = dict(COMMON)
+    settings.update(
+        acks=workload.acks,
+        linger_ms=workload.linger_ms,
+        compression=workload.compression,
+    )
+    settings.update(client.overrides)
+    if client.library_defaults:
+        settings = {"library_defaults": True}
+    return settings
