@@ -762,9 +762,12 @@ class Producer:
         headers: bytes | None,
         started: float,
     ) -> tuple[Any, int]:
-        # A checkpoint once per batch (not per record): lets the sender run between batches
-        # of a tight send loop. Nothing is queued yet, so cancellation here loses nothing.
-        await asyncio.sleep(0)
+        # A checkpoint once per batch (not per record) while other batches wait: lets the
+        # sender run between the batches of a tight send loop. Nothing is queued yet, so
+        # cancellation here loses nothing. With nothing queued (a lone send_and_wait) there
+        # is nothing for the sender to do, and the record goes out without the extra turn.
+        if self._acc.has_undrained():
+            await asyncio.sleep(0)
         if not self._running():
             raise self._not_running()
         if self._sender is not None and self._sender.fatal_error is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -19,6 +20,11 @@ from aiokprod.protocol.records import ClosedBatch, RecordBatchBuilder
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.batch")
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class FinalState(enum.Enum):
@@ -43,7 +49,6 @@ class BatchResult:
 
     __slots__ = (
         "_callbacks",
-        "_future",
         "base_offset",
         "done",
         "error",
@@ -57,7 +62,6 @@ class BatchResult:
         self.log_append_time_ms = -1
         self.error: BaseException | None = None
         self.record_errors: dict[int, BaseException] | None = None
-        self._future: asyncio.Future[None] | None = None
         self._callbacks: list[Callable[[], None]] | None = None
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
@@ -80,9 +84,6 @@ class BatchResult:
 
     def _finish(self) -> None:
         self.done = True
-        future = self._future
-        if future is not None and not future.done():
-            future.set_result(None)
         callbacks = self._callbacks
         if callbacks:
             self._callbacks = None
@@ -93,14 +94,16 @@ class BatchResult:
                     log.exception("delivery callback raised")
 
     async def wait(self) -> None:
-        """Wait until the batch completes (returns at once if it has)."""
+        """Wait until the batch completes (returns at once if it has).
+
+        Each waiter gets a future of its own, resolved by a completion callback: cancelling
+        one waiter cancels nothing shared with the others (no shield needed).
+        """
         if self.done:
             return
-        future = self._future
-        if future is None:
-            future = self._future = asyncio.get_running_loop().create_future()
-        # Shielded: one caller giving up must not cancel the future other callers share.
-        await asyncio.shield(future)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.add_callback(functools.partial(_resolve, waiter))
+        await waiter
 
     def add_callback(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` when the batch completes (at once if it has)."""

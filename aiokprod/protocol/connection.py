@@ -19,9 +19,18 @@ from collections import deque
 from dataclasses import dataclass
 
 from aiokprod.errors import ProtocolError, UnsupportedVersionError, error_for_code
-from aiokprod.protocol.api import API_VERSIONS, BY_KEY, ApiSpec, api_for_request, negotiate_version
+from aiokprod.protocol.api import (
+    API_VERSIONS,
+    BY_KEY,
+    PRODUCE,
+    ApiSpec,
+    api_for_request,
+    negotiate_version,
+)
 from aiokprod.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from aiokprod.protocol.messages.produce import ProduceRequest
 from aiokprod.protocol.primitives import INT32, Reader, write_string
+from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
 from aiokprod.protocol.schema import Struct, decode_struct, encode_struct
 
 #: Java keeps the top of the int32 range for SASL-phase requests; ordinary ids stay below.
@@ -75,7 +84,10 @@ def encode_request_frame(
     write_string(out, client_id, compact=False, nullable=True)
     if flexible:
         out.append(0)  # empty tagged-field buffer
-    encode_struct(body, version, flexible, out)
+    if api.key == PRODUCE.key and isinstance(body, ProduceRequest):
+        encode_produce_body(body, version, out)
+    else:
+        encode_struct(body, version, flexible, out)
     INT32.pack_into(out, 0, len(out) - 4)
     return out
 
@@ -90,6 +102,14 @@ def decode_response_body(api: ApiSpec, version: int, frame: bytes | memoryview) 
     reader.skip(4)  # correlation id, checked by the caller
     if api.response_header_version(version) >= 1:
         _skip_tagged_fields(reader)
+    if api.key == PRODUCE.key:
+        start = reader.position
+        fast = decode_produce_body(reader, version)
+        if fast is not None:
+            reader.expect_end()
+            return fast
+        reader = Reader(frame, f"{api.name} response v{version}")
+        reader.skip(start)
     body = decode_struct(api.response, reader, version, api.is_flexible(version))
     reader.expect_end()
     return body
