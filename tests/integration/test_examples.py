@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from aiohttp import test_utils
 from readback import consume_all
 
 from aiokprod import ProducerClosedError
@@ -45,7 +46,6 @@ def run_example(name: str, *args: str, bootstrap: str) -> subprocess.CompletedPr
 
 
 async def test_aiohttp_example(kafka: LocalKafka, new_topic) -> None:
-    test_utils = pytest.importorskip("aiohttp.test_utils")
     topic = new_topic(partitions=2)
     example = load_example("aiohttp_app")
     app = example.create_app(kafka.bootstrap_servers, topic)

@@ -14,12 +14,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from fastapi.testclient import TestClient
 from readback import consume_all
 
 from aiokprod import ProducerClosedError
 from aiokprod.testing import LocalKafka
-
-fastapi_testclient = pytest.importorskip("fastapi.testclient")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -40,7 +39,7 @@ def test_a_request_produces_a_record_that_is_read_back(kafka: LocalKafka, new_to
     example = load_example("fastapi_app")
     app = example.create_app(kafka.bootstrap_servers, topic)
 
-    with fastapi_testclient.TestClient(app) as client:
+    with TestClient(app) as client:
         responses = [
             client.post("/events", json={"user": f"u-{i}", "action": "login"}) for i in range(5)
         ]

@@ -87,5 +87,6 @@ def test_keyed_partitions_match_the_java_client(tmp_path: Path) -> None:
             assert sticky is None
             if ours != expected:
                 mismatches.append((key, n, ours, expected))
-    assert len(keys) >= 1000
     assert mismatches == []
+    # The comparison is not vacuous: Java spread the keys over most partitions.
+    assert len({row[1 + PARTITION_COUNTS.index(1000)] for row in java_rows}) > 600

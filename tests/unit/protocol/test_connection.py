@@ -186,14 +186,18 @@ def test_set_broker_versions_error_and_renegotiation() -> None:
 
 
 def test_correlation_ids_increase_and_wrap_below_the_reserved_range() -> None:
-    assert MAX_CORRELATION_ID == 2**31 - 1 - 8
     conn = connection()
     ids = [conn.send(MetadataRequest())[0] for _ in range(3)]
     assert ids == [0, 1, 2]
     conn._next_correlation_id = MAX_CORRELATION_ID - 1
-    ids = [conn.send(MetadataRequest())[0] for _ in range(3)]
+    sent = [conn.send(MetadataRequest()) for _ in range(3)]
+    ids = [cid for cid, _ in sent]
     assert ids == [MAX_CORRELATION_ID - 1, MAX_CORRELATION_ID, 0]
-    assert all(i < 2**31 - 1 - 7 for i in ids)  # Java's SASL range stays free
+    # The ids on the wire (header bytes 8..12 after the size prefix) are the same, and
+    # none reaches Java's reserved SASL range [2**31-8, 2**31-1].
+    on_wire = [int.from_bytes(frame[8:12], "big", signed=True) for _, frame in sent]
+    assert on_wire == ids
+    assert all(i < 2**31 - 8 for i in on_wire)
 
 
 def test_wrapped_ids_still_match_responses() -> None:
