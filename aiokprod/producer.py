@@ -57,14 +57,14 @@ from aiokprod.protocol.compression import codec_for_name
 from aiokprod.protocol.records import (
     BATCH_HEADER_SIZE,
     NOT_APPENDED,
-    record_size_upper_bound,
+    RECORD_FRAMING_BOUND,
 )
 from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
 
 #: A batch header plus a record's framing bytes at their largest (key, value, headers aside).
-_BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + record_size_upper_bound(0, 0, 0) - 1
+_BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
 
 
 def _no_wakeup() -> None:

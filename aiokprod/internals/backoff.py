@@ -16,11 +16,6 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch (for record timestamps)."""
-    return int(time.time() * 1000)
-
-
 def backoff_ms(
     attempts: int, initial_ms: int, max_ms: int, rng: random.Random | None = None
 ) -> int:

@@ -127,12 +127,12 @@ class IdempotenceState:
             if state.last_acked_sequence < 0 or _seq_after(last, state.last_acked_sequence):
                 state.last_acked_sequence = last
 
-    def on_failure(self, batch: ProducerBatch, *, maybe_sent: bool) -> None:
+    def on_failure(self, batch: ProducerBatch) -> None:
         """A batch with a sequence failed for good: its sequence numbers are lost.
 
         The broker would reject every later sequence of the partition (a gap), and whether
         a sent batch was written is unknown, so the epoch is always bumped: every partition
-        then starts again at sequence 0 (KIP-360). ``maybe_sent`` is kept for logging.
+        then starts again at sequence 0 (KIP-360).
         """
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
@@ -177,9 +177,10 @@ class IdempotenceState:
         in sequence order; they are re-stamped under the current epoch.
         """
         state = self._state(tp)
-        state.unacked = [b for b in state.unacked if b not in batches]
-        if state.unacked:
+        others = [b for b in state.unacked if b not in batches]
+        if others:
             return  # old-epoch batches still in flight; renumber when they are done
+        state.unacked = []
         state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
         state.next_sequence = 0
         state.last_acked_sequence = -1

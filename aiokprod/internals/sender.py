@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import anyio
 
@@ -100,6 +100,8 @@ class Sender:
         self._next_in_flight_scan_ms = 0
         self._pid_fetch_running = False
         self._stopping = False
+        #: Set by a forced stop: nothing is retried any more.
+        self._force_error: KafkaError | None = None
         self._stopped = asyncio.Event()
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
         #: Batches this large (uncompressed) are compressed in a thread, not on the loop.
@@ -397,7 +399,7 @@ class Sender:
             return
         self._acc.deallocate(batch)
         if self._idem is not None:
-            self._idem.on_failure(batch, maybe_sent=batch.drained_ms >= 0)
+            self._idem.on_failure(batch)
         self._stats.on_failure(batch.record_count)
         log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
         self._notify_interceptors(batch)
@@ -551,8 +553,6 @@ class Sender:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    _force_error: KafkaError | None = None
-
     def stop(self, force_error: KafkaError | None = None) -> None:
         """Finish: deliver what is queued and in flight, then end :meth:`run`.
 
@@ -573,7 +573,3 @@ class Sender:
     def in_flight_batches(self) -> int:
         """Batches written and not yet answered."""
         return len(self._in_flight)
-
-    def on_metadata_change(self) -> Callable[[], None]:
-        """The callback that wakes this sender (for the fetcher and the pool)."""
-        return self.wakeup

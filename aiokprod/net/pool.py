@@ -203,7 +203,7 @@ class ConnectionPool:
         if best is not None:
             return best
         candidates = [n for n in self.known_nodes() if self.connection_delay_ms(n, now_ms) == 0]
-        if not candidates and self._nodes is not self._bootstrap:
+        if not candidates:  # the brokers metadata named are all backing off: try bootstrap
             candidates = [n for n in self._bootstrap if self.connection_delay_ms(n, now_ms) == 0]
         return random.choice(candidates) if candidates else None
 

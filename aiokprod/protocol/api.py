@@ -7,7 +7,9 @@ client declares. The broker's own range comes from ApiVersions on each connectio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokprod.errors import UnsupportedVersionError
 from aiokprod.protocol.messages.admin import (
@@ -38,7 +40,12 @@ from aiokprod.protocol.messages.transactions import (
     EndTxnRequest,
     EndTxnResponse,
 )
+from aiokprod.protocol.primitives import Reader
+from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
 from aiokprod.protocol.schema import Struct
+
+BodyEncoder = Callable[[Any, int, bytearray], None]
+BodyDecoder = Callable[[Reader, int], Struct | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,10 @@ class ApiSpec:
     max_version: int
     #: First flexible (KIP-482) version; None if no supported version is flexible.
     flexible_from: int | None
+    #: A hand-written body encoder used instead of the declarative codec (hot messages).
+    encode_body: BodyEncoder | None = None
+    #: A hand-written body decoder; it may return None to leave a body to the generic codec.
+    decode_body: BodyDecoder | None = None
 
     def is_flexible(self, version: int) -> bool:
         """Whether ``version`` uses compact types and tagged fields."""
@@ -69,7 +80,19 @@ class ApiSpec:
         return 1 if self.is_flexible(version) else 0
 
 
-PRODUCE = ApiSpec(0, "Produce", ProduceRequest, ProduceResponse, 3, 12, 9)
+# Produce is the one message per request on the hot path: it has a hand-written codec,
+# tested to agree with the declarative one (tests/unit/protocol/test_produce_fast.py).
+PRODUCE = ApiSpec(
+    0,
+    "Produce",
+    ProduceRequest,
+    ProduceResponse,
+    3,
+    12,
+    9,
+    encode_body=encode_produce_body,
+    decode_body=decode_produce_body,
+)
 METADATA = ApiSpec(3, "Metadata", MetadataRequest, MetadataResponse, 4, 13, 9)
 FIND_COORDINATOR = ApiSpec(
     10, "FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3

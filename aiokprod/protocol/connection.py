@@ -21,16 +21,12 @@ from dataclasses import dataclass
 from aiokprod.errors import ProtocolError, UnsupportedVersionError, error_for_code
 from aiokprod.protocol.api import (
     API_VERSIONS,
-    BY_KEY,
-    PRODUCE,
     ApiSpec,
     api_for_request,
     negotiate_version,
 )
 from aiokprod.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
-from aiokprod.protocol.messages.produce import ProduceRequest
 from aiokprod.protocol.primitives import INT32, Reader, write_string
-from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
 from aiokprod.protocol.schema import Struct, decode_struct, encode_struct
 
 #: Java keeps the top of the int32 range for SASL-phase requests; ordinary ids stay below.
@@ -84,8 +80,8 @@ def encode_request_frame(
     write_string(out, client_id, compact=False, nullable=True)
     if flexible:
         out.append(0)  # empty tagged-field buffer
-    if api.key == PRODUCE.key and isinstance(body, ProduceRequest):
-        encode_produce_body(body, version, out)
+    if api.encode_body is not None:
+        api.encode_body(body, version, out)
     else:
         encode_struct(body, version, flexible, out)
     INT32.pack_into(out, 0, len(out) - 4)
@@ -102,9 +98,9 @@ def decode_response_body(api: ApiSpec, version: int, frame: bytes | memoryview) 
     reader.skip(4)  # correlation id, checked by the caller
     if api.response_header_version(version) >= 1:
         _skip_tagged_fields(reader)
-    if api.key == PRODUCE.key:
+    if api.decode_body is not None:
         start = reader.position
-        fast = decode_produce_body(reader, version)
+        fast = api.decode_body(reader, version)
         if fast is not None:
             reader.expect_end()
             return fast
@@ -337,12 +333,3 @@ def api_versions_retry_version(response: ApiVersionsResponse, sent_version: int)
 def _software_text(text: str) -> str:
     cleaned = re.sub(r"[^a-zA-Z0-9\-.]", "-", text).strip("-.")
     return cleaned if _SOFTWARE_TEXT.fullmatch(cleaned) else "unknown"
-
-
-def api_by_key(key: int) -> ApiSpec:
-    """The declared API with this key.
-
-    Raises:
-        KeyError: this client does not declare it.
-    """
-    return BY_KEY[key]

@@ -100,6 +100,12 @@ def encode_headers(headers: Sequence[Header]) -> bytes:
     return b"".join(parts)
 
 
+#: The most bytes a record's framing takes besides key, value and headers: length,
+#: attributes, timestamp and offset deltas (``MAX_RECORD_OVERHEAD``) and the key and value
+#: length varints. The header count (at least one byte) comes on top.
+RECORD_FRAMING_BOUND = MAX_RECORD_OVERHEAD + 10
+
+
 def record_size_upper_bound(key_size: int, value_size: int, headers_size: int) -> int:
     """The most bytes a record with these parts can take (before compression).
 
@@ -107,7 +113,7 @@ def record_size_upper_bound(key_size: int, value_size: int, headers_size: int) -
     none (the header count itself is added here). Framing: length, attributes, timestamp
     and offset deltas (``MAX_RECORD_OVERHEAD``), two length varints, the header count.
     """
-    return MAX_RECORD_OVERHEAD + 10 + key_size + value_size + max(headers_size, 1)
+    return RECORD_FRAMING_BOUND + key_size + value_size + max(headers_size, 1)
 
 
 class RecordBatchBuilder:

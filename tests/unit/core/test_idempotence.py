@@ -140,7 +140,7 @@ def test_failure_of_a_sent_batch_requires_an_epoch_bump() -> None:
     b0 = send(state, new_batch(TP))
     b1 = send(state, new_batch(TP))
     assert not state.epoch_bump_required
-    state.on_failure(b0, maybe_sent=True)
+    state.on_failure(b0)
     assert state.epoch_bump_required
     assert state.unacked(TP) == [b1]
     # Nothing drains until the bump happened.
@@ -156,16 +156,16 @@ def test_failure_of_the_last_sent_batch_also_requires_a_bump() -> None:
     """Its sequence was consumed: the next batch would leave a gap the broker rejects."""
     state = ready_state()
     only = send(state, new_batch(TP))
-    state.on_failure(only, maybe_sent=True)
+    state.on_failure(only)
     assert state.epoch_bump_required
 
 
 def test_failure_without_sequence_needs_no_bump() -> None:
     state = ready_state()
     send(state, new_batch(TP))
-    state.on_failure(new_batch(TP), maybe_sent=False)  # expired before its first drain
+    state.on_failure(new_batch(TP))  # expired before its first drain
     assert not state.epoch_bump_required
-    state.on_failure(new_batch(OTHER), maybe_sent=False)  # partition without state
+    state.on_failure(new_batch(OTHER))  # partition without state
     assert not state.epoch_bump_required
 
 
@@ -173,9 +173,9 @@ def test_failure_of_an_old_epoch_batch_needs_no_new_bump() -> None:
     state = ready_state()
     b0 = send(state, new_batch(TP))
     b1 = send(state, new_batch(TP))
-    state.on_failure(b0, maybe_sent=True)
+    state.on_failure(b0)
     assert state.bump_epoch()
-    state.on_failure(b1, maybe_sent=True)  # stamped under epoch 0, now 1
+    state.on_failure(b1)  # stamped under epoch 0, now 1
     assert not state.epoch_bump_required
     assert state.unacked(TP) == []
 
@@ -239,7 +239,7 @@ def test_reset_unacked_sequences_renumbers_from_zero_in_order() -> None:
     batches = [send(state, new_batch(TP, records=n)) for n in (2, 4, 1)]
     assert [b.base_sequence for b in batches] == [2, 4, 8]
     state.on_success(state.unacked(TP)[0])
-    state.on_failure(batches[0], maybe_sent=True)  # lost: bump, then renumber the rest
+    state.on_failure(batches[0])  # lost: bump, then renumber the rest
     assert state.bump_epoch()
     retries = batches[1:]
     state.reset_unacked_sequences(TP, retries)
@@ -259,7 +259,7 @@ def test_reset_waits_while_other_old_epoch_batches_are_unacked() -> None:
     state = ready_state()
     in_flight = send(state, new_batch(TP))
     queued = send(state, new_batch(TP))
-    state.on_failure(in_flight, maybe_sent=True)
+    state.on_failure(in_flight)
     state.bump_epoch()
     # Another old-epoch batch is still in flight.
     still_out = new_batch(TP)
