@@ -6,7 +6,14 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "aiokprod"
-LEAVES = {"aiokprod.errors", "aiokprod.types", "aiokprod.config", "aiokprod.logs", "aiokprod"}
+LEAVES = {
+    "aiokprod.errors",
+    "aiokprod.types",
+    "aiokprod.config",
+    "aiokprod.logs",
+    "aiokprod.clock",
+    "aiokprod",
+}
 # layer -> the aiokprod modules (prefixes) it may import besides the leaves
 ALLOWED = {
     "aiokprod.protocol": {"aiokprod.protocol"},
