@@ -563,6 +563,13 @@ class Sender:
                         )
                         if not isinstance(response, InitProducerIdResponse):  # pragma: no cover
                             raise KafkaError("InitProducerId answered with another message")
+                        if response.error_code == 0 and (
+                            response.producer_id < 0 or response.producer_epoch < 0
+                        ):
+                            raise KafkaConnectionError(
+                                f"InitProducerId answered an invalid id {response.producer_id} "
+                                f"/ epoch {response.producer_epoch}"
+                            )
                         if response.error_code == 0:
                             idem.set_producer_id(response.producer_id, response.producer_epoch)
                             log.debug(
