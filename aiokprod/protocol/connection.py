@@ -88,7 +88,9 @@ def encode_request_frame(
     return out
 
 
-def decode_response_body(api: ApiSpec, version: int, frame: bytes | bytearray | memoryview) -> Struct:
+def decode_response_body(
+    api: ApiSpec, version: int, frame: bytes | bytearray | memoryview
+) -> Struct:
     """Decode a response frame (without its size prefix, with its header) at ``version``.
 
     Raises:
@@ -118,7 +120,9 @@ def _skip_tagged_fields(reader: Reader) -> None:
         reader.skip(reader.read_unsigned_varint())
 
 
-def decode_api_versions_response(version: int, frame: bytes | bytearray | memoryview) -> ApiVersionsResponse:
+def decode_api_versions_response(
+    version: int, frame: bytes | bytearray | memoryview
+) -> ApiVersionsResponse:
     """Decode an ApiVersions response, falling back to the v0 layout.
 
     A broker that does not speak the version we sent answers in the v0 layout with
