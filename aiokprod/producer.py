@@ -22,12 +22,12 @@ from array import array
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 
 from aiokprod import __version__
-from aiokprod.config import ProducerConfig
+from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -104,7 +104,7 @@ class Producer:
         bootstrap_servers: str | Sequence[str] | None = None,
         *,
         config: ProducerConfig | None = None,
-        **options: Any,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         if config is not None:
             if bootstrap_servers is not None or options:
