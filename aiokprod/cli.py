@@ -295,12 +295,12 @@ async def _read_chunks(stream: IO[bytes]) -> typing.AsyncIterator[bytes]:
             while True:
                 try:
                     item = read(65536)
-                except Exception as exc:
-                    item = exc
+                except Exception as exc:  # noqa: BLE001 - any read error goes to the loop,
+                    item = exc  # which reports it; a lost one would leave the loop waiting
                 asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
                 if not isinstance(item, bytes) or not item:
                     return
-        except BaseException:  # the loop is gone (the command ended or was interrupted)
+        except BaseException:  # noqa: BLE001 - the loop is gone (the command ended or stopped)
             return
 
     threading.Thread(target=reader, name="aiokprod-cli-reader", daemon=True).start()

@@ -20,7 +20,7 @@ from aiokprod.config import OPTIONS, ProducerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
-WRONG = '''\
+WRONG = """\
 from aiokprod import Producer
 from aiokprod.sync import SyncProducer
 
@@ -29,9 +29,9 @@ Producer("127.0.0.1:9092", linger_ms="5")  # line 5: a str for an int
 Producer("127.0.0.1:9092", acks="everyone")  # line 6: not an acks value
 Producer("127.0.0.1:9092", compression_type="brotli")  # line 7: not a codec
 SyncProducer("127.0.0.1:9092", enable_idempotence="yes")  # line 8: a str for a bool
-'''
+"""
 
-RIGHT = '''\
+RIGHT = """\
 from aiokprod import Producer, ProducerOptions, Secret
 from aiokprod.sync import SyncProducer
 
@@ -43,7 +43,7 @@ async def main() -> None:
     Producer("127.0.0.1:9092", acks="all", batch_size=65536, partitioner="murmur3")
     Producer(["a:1", "b:2"], acks=1, client_id=None, sasl_plain_password=Secret("x"))
     SyncProducer("127.0.0.1:9092", enable_idempotence=False, compression_level=3).close()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
