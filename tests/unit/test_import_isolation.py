@@ -99,4 +99,4 @@ def test_every_public_name_resolves() -> None:
         assert getattr(aiokprod, name) is not None, name
     assert set(aiokprod.__all__) <= set(dir(aiokprod))
     with pytest.raises(AttributeError, match="no_such_name"):
-        _ = aiokprod.no_such_name
+        _ = aiokprod.no_such_name  # type: ignore[attr-defined]

@@ -29,10 +29,12 @@ Producer("127.0.0.1:9092", linger_ms="5")  # line 5: a str for an int
 Producer("127.0.0.1:9092", acks="everyone")  # line 6: not an acks value
 Producer("127.0.0.1:9092", compression_type="brotli")  # line 7: not a codec
 SyncProducer("127.0.0.1:9092", enable_idempotence="yes")  # line 8: a str for a bool
+from aiokprod import ProducerOption  # line 9: the lazy names hide no typo from mypy
 """
 
 RIGHT = """\
-from aiokprod import Producer, ProducerOptions, Secret
+from aiokprod import Producer, ProducerOptions
+from aiokprod.config import Secret
 from aiokprod.sync import SyncProducer
 
 
@@ -86,6 +88,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         (6, r'Argument "acks" to "Producer" has incompatible type "Literal\[.everyone.\]"'),
         (7, r'Argument "compression_type" to "Producer" has incompatible type'),
         (8, r'Argument "enable_idempotence" to "SyncProducer" has incompatible type "str"'),
+        (9, r'Module "aiokprod" has no attribute "ProducerOption"'),
     ],
 )
 def test_mypy_rejects_a_wrong_option(mypy_output: dict[str, str], line: int, message: str) -> None:
@@ -98,7 +101,7 @@ def test_mypy_accepts_correct_options(mypy_output: dict[str, str]) -> None:
     assert mypy_output["right.py"] == ""
     # and every mistake was reported on its own line, nothing else
     lines = {int(e.split(":")[1]) for e in mypy_output["wrong.py"].splitlines()}
-    assert lines == {4, 5, 6, 7, 8}
+    assert lines == {4, 5, 6, 7, 8, 9}
 
 
 def test_typed_options_follow_the_option_table() -> None:

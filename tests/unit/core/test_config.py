@@ -371,12 +371,12 @@ def test_the_table_is_the_config() -> None:
     assert [o.name for o in OPTIONS.values() if o.required] == ["bootstrap_servers", "client_id"]
 
 
+async def token() -> str:
+    return "jwt"
+
+
 def test_secret_options_are_the_credentials_and_never_shown() -> None:
     assert {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"} == SECRET_OPTIONS
-
-    async def token() -> str:
-        return "jwt"
-
     config = make(
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="OAUTHBEARER",
@@ -460,9 +460,6 @@ def test_none_means_not_set() -> None:
     assert make(client_id=None).client_id.startswith("aiokprod-producer-")
 
     # a None username is "not set" for OAUTHBEARER too (it used to count as a stray option)
-    async def token() -> str:
-        return "jwt"
-
     config = make(
         security_protocol="SASL_SSL",
         sasl_mechanism="OAUTHBEARER",
