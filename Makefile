@@ -24,13 +24,13 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
-## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package,
-##       mypy on the tests (bodies checked, annotations optional: pyproject.toml)
+## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
+##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
 LINTED := aiokprod tests examples benchmarks docs/gen_config.py
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
-	$(VENV)/bin/mypy --strict aiokprod
+	$(VENV)/bin/mypy --strict aiokprod examples
 	$(VENV)/bin/mypy tests
 
 ## format: rewrite all Python code in the project's style (ruff format, then ruff's safe fixes)
