@@ -21,13 +21,13 @@ import random
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 
 from aiokprod import __version__
 from aiokprod.clock import SYSTEM_CLOCK, Clock
-from aiokprod.config import ProducerConfig
+from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -78,6 +78,27 @@ def _pairs(keys: Iterable[Any] | None, values: Iterable[Any]) -> Iterable[tuple[
     return zip(keys, values, strict=True)
 
 
+def _bulk_columns(
+    keys: Iterable[Any] | None, values: Iterable[Any]
+) -> tuple[list[Any] | None, Iterable[Any]]:
+    """Check ``send_many``'s columns; keyed ones become lists of the same length."""
+    for name, column in (("values", values), ("keys", keys)):
+        if column is None and name == "keys":
+            continue
+        if isinstance(column, str | bytes | bytearray) or not isinstance(column, Iterable):
+            raise InvalidArgumentError(
+                f"{name} must be an iterable of record {name}, got {type(column).__name__}"
+            )
+    if keys is None:
+        return None, values
+    key_list, value_list = list(keys), list(values)
+    if len(key_list) != len(value_list):
+        raise InvalidArgumentError(
+            f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
+        )
+    return key_list, value_list
+
+
 class _State(enum.Enum):
     NEW = "new"
     RUNNING = "running"
@@ -108,7 +129,7 @@ class Producer:
         transport: Transport | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        **options: Any,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         if config is not None:
             if bootstrap_servers is not None or options:
@@ -275,7 +296,7 @@ class Producer:
                 await self._sender.wait_stopped()
                 self._pool.close_all()
                 tg.cancel_scope.cancel()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the root task: every ending is handled
             if not ready.done():
                 ready.set_exception(exc)
                 return
@@ -498,22 +519,7 @@ class Producer:
             raise self._not_running()
         if asyncio.get_running_loop() is not self._loop:
             raise self._wrong_loop()
-        if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
-            raise InvalidArgumentError(
-                f"values must be an iterable of record values, got {type(values).__name__}"
-            )
-        if keys is not None and (
-            isinstance(keys, (str, bytes, bytearray)) or not isinstance(keys, Iterable)
-        ):
-            raise InvalidArgumentError(
-                f"keys must be an iterable of record keys or None, got {type(keys).__name__}"
-            )
-        if keys is not None:
-            keys, values = list(keys), list(values)
-            if len(keys) != len(values):
-                raise InvalidArgumentError(
-                    f"send_many: {len(keys)} keys for {len(values)} values (nothing queued)"
-                )
+        keys, values = _bulk_columns(keys, values)
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")

@@ -31,7 +31,7 @@ from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import KeyHasher, PartitionChooser, StickyPartitionState
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.records import NO_LEFTOVER
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
 
@@ -247,14 +247,9 @@ class RecordAppender:
                     timestamp_ms, remaining, batch_size, largest_value, value_sizes
                 )
             else:
-                for value in remaining:
-                    value = serialize_value(None, value)
-                    if builder.try_append(timestamp_ms, None, value, header_bytes, batch_size) < 0:
-                        pending = value
-                        break
-                    value_sizes.append(-1 if value is None else len(value))
-                    if builder.full:
-                        break
+                pending = _append_with_headers(
+                    builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
+                )
             added = builder.record_count - start
             if added:
                 bulk._extend_last(added, timestamp_ms)
@@ -336,6 +331,25 @@ class RecordAppender:
                     self.wakeup()
                 if pending < 0 and batch.is_full:
                     pending = next(indexes, -1)
+
+
+def _append_with_headers(
+    builder: RecordBatchBuilder,
+    timestamp_ms: int,
+    values: Iterator[Any],
+    header_bytes: bytes,
+    batch_size: int,
+    value_sizes: array[int],
+) -> object:
+    """``append_values`` for records with headers (one ``try_append`` each); the leftover."""
+    for value in values:
+        value = serialize_value(None, value)
+        if builder.try_append(timestamp_ms, None, value, header_bytes, batch_size) < 0:
+            return value
+        value_sizes.append(-1 if value is None else len(value))
+        if builder.full:
+            break
+    return NO_LEFTOVER
 
 
 def _no_wakeup() -> None:

@@ -512,7 +512,7 @@ class Sender:
         async def compress() -> None:
             try:
                 closed = await anyio.to_thread.run_sync(builder.close)
-            except Exception as exc:  # a codec failure fails only this batch
+            except Exception as exc:  # noqa: BLE001 - a codec failure fails only this batch
                 batch.compressing = False
                 self._abandon(batch, KafkaError(f"compressing a batch failed: {exc!r}"))
                 self.wakeup()

@@ -296,7 +296,7 @@ class ClientConnection:
                 responses.append(self._handle_frame(frame))
         except ProtocolError as exc:
             error = exc
-        except Exception as exc:  # any decoding failure means broken bytes
+        except Exception as exc:  # noqa: BLE001 - any decoding failure means broken bytes
             error = ProtocolError(f"undecodable response: {exc!r}")
             error.__cause__ = exc
         if start:
