@@ -289,6 +289,7 @@ class Producer:
                     spawn,
                     self._stats,
                     clock=self._clock,
+                    rng=self._rng,
                 )
                 self._appender.wakeup = self._sender.wakeup
                 tg.start_soon(self._sender.run)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Sequence
 
 import anyio
@@ -71,6 +72,7 @@ class Sender:
         spawn: starts background coroutines in the producer's task group.
         stats: counters behind ``Producer.metrics()``.
         clock: the producer's clock.
+        rng: randomness for retry backoff jitter.
     """
 
     def __init__(
@@ -84,9 +86,11 @@ class Sender:
         spawn: Spawn,
         stats: ProducerStats,
         clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
+        self._rng = rng or random.Random()
         self._nodes_version = -1
         self._acc = accumulator
         self._metadata = metadata
@@ -346,6 +350,7 @@ class Sender:
                 batch.attempts + 1,
                 self._config.retry_backoff_ms,
                 self._config.retry_backoff_max_ms,
+                self._rng,
             )
         )
         self._acc.reenqueue(batch, now_ms, wait)
@@ -586,7 +591,10 @@ class Sender:
                         error = exc
                 attempts += 1
                 wait = backoff_ms(
-                    attempts, self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+                    attempts,
+                    self._config.retry_backoff_ms,
+                    self._config.retry_backoff_max_ms,
+                    self._rng,
                 )
                 log.debug("InitProducerId retry", error=str(error), wait_ms=wait)
                 await asyncio.sleep(wait / 1000)
