@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from aiokprod.config import ProducerConfig, ProducerOptions
     from aiokprod.errors import (
+        AbortableTransactionError,
         AuthenticationError,
         BrokerError,
         BufferExhaustedError,
@@ -38,17 +39,27 @@ if TYPE_CHECKING:
         SaslAuthenticationError,
         SerializationError,
         SslAuthenticationError,
+        TransactionAbortedError,
+        TransactionError,
     )
     from aiokprod.internals.batch import DeliveryFuture
     from aiokprod.producer import Producer
-    from aiokprod.types import ProducerInterceptor, ProducerRecord, RecordMetadata, TopicPartition
+    from aiokprod.types import (
+        ConsumerGroupMetadata,
+        ProducerInterceptor,
+        ProducerRecord,
+        RecordMetadata,
+        TopicPartition,
+    )
 
 #: public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
+    "AbortableTransactionError": "aiokprod.errors",
     "AuthenticationError": "aiokprod.errors",
     "BrokerError": "aiokprod.errors",
     "BufferExhaustedError": "aiokprod.errors",
     "ConfigError": "aiokprod.errors",
+    "ConsumerGroupMetadata": "aiokprod.types",
     "DeliveryFuture": "aiokprod.internals.batch",
     "DeliveryTimeoutError": "aiokprod.errors",
     "IllegalStateError": "aiokprod.errors",
@@ -69,13 +80,17 @@ _LAZY = {
     "SerializationError": "aiokprod.errors",
     "SslAuthenticationError": "aiokprod.errors",
     "TopicPartition": "aiokprod.types",
+    "TransactionAbortedError": "aiokprod.errors",
+    "TransactionError": "aiokprod.errors",
 }
 
 __all__ = [
+    "AbortableTransactionError",
     "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",
     "ConfigError",
+    "ConsumerGroupMetadata",
     "DeliveryFuture",
     "DeliveryTimeoutError",
     "IllegalStateError",
@@ -96,6 +111,8 @@ __all__ = [
     "SerializationError",
     "SslAuthenticationError",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionError",
     "__version__",
 ]
 

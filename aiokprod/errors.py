@@ -104,6 +104,21 @@ class IllegalStateError(KafkaError):
     """An operation that the producer's current state does not allow."""
 
 
+class TransactionError(KafkaError):
+    """The transaction cannot go on as asked (see docs/transactions.md)."""
+
+
+class AbortableTransactionError(TransactionError):
+    """The current transaction hit an error: call ``abort_transaction()``, then go on.
+
+    The error that caused it is the ``__cause__``.
+    """
+
+
+class TransactionAbortedError(TransactionError):
+    """A record's transaction was aborted before the record was sent."""
+
+
 class AuthenticationError(KafkaError):
     """The broker rejected this client's credentials or security handshake."""
 

@@ -48,12 +48,15 @@ from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, mur
 from aiokprod.internals.sender import Sender
 from aiokprod.internals.serialization import serialize_headers, serialize_key, serialize_value
 from aiokprod.internals.stats import ProducerStats
+from aiokprod.internals.transactions import TransactionManager
+from aiokprod.internals.txn_requests import TransactionCoordinator
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
 from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
 from aiokprod.net.transport import Transport
 from aiokprod.protocol.compression import codec_for_name
+from aiokprod.transactional import TransactionalMixin
 from aiokprod.types import Header, ProducerRecord, RecordMetadata
 
 log = get_logger("aiokprod.producer")
@@ -107,7 +110,7 @@ class _State(enum.Enum):
     CRASHED = "crashed"
 
 
-class Producer:
+class Producer(TransactionalMixin):
     """An asyncio Kafka producer with the Java client's guarantees and defaults.
 
     Args:
@@ -158,6 +161,7 @@ class Producer:
             compression=codec.id,
             compressor=codec.compressor(cfg.compression_level) if codec.id else None,
             keep_handles=bool(cfg.interceptors),
+            transactional=cfg.transactional_id is not None,
         )
         self._metadata = MetadataState(
             cfg.metadata_max_age_ms,
@@ -185,6 +189,14 @@ class Producer:
         )
         self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
+        self._txn = (
+            None
+            if cfg.transactional_id is None
+            else TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+        )
+        self._coordinator: TransactionCoordinator | None = None
+        #: Private test switch: transaction protocol 1 even where the cluster offers 2.
+        self._force_transaction_v1 = False
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._interceptors = cfg.interceptors
@@ -232,6 +244,8 @@ class Producer:
         self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
         await ready
         self._state = _State.RUNNING
+        if self._txn is not None:
+            await self._init_transactions()
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         """The producer's root task: one task group holding every background task."""
@@ -290,7 +304,20 @@ class Producer:
                     self._stats,
                     clock=self._clock,
                     rng=self._rng,
+                    txn=self._txn,
                 )
+                if self._txn is not None and self._idempotence is not None:
+                    self._coordinator = TransactionCoordinator(
+                        self._txn,
+                        self._idempotence,
+                        self._pool,
+                        cfg,
+                        spawn,
+                        self._sender.wakeup,
+                        clock=self._clock,
+                        rng=self._rng,
+                        force_tv1=self._force_transaction_v1,
+                    )
                 self._appender.wakeup = self._sender.wakeup
                 tg.start_soon(self._sender.run)
                 ready.set_result(None)
@@ -353,6 +380,7 @@ class Producer:
             return
         crashed = self._state is _State.CRASHED
         if not crashed:
+            await self._abort_open_transaction()
             self._state = _State.CLOSING
         sender = self._sender
         self._fail_waiting(ProducerClosedError("the producer was closed while this send waited"))
@@ -384,7 +412,7 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    async def send(
+    async def send(  # noqa: C901 - one straight path; each branch is a cheap guard
         self,
         topic: str,
         value: Any = None,
@@ -425,6 +453,9 @@ class Producer:
             raise self._not_running()
         if asyncio.get_running_loop() is not self._loop:
             raise self._wrong_loop()
+        txn = self._txn
+        if txn is not None:
+            txn.check_send()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
                 ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
@@ -464,6 +495,8 @@ class Producer:
                     topic, key, len(info.partitions), info.available
                 )
         tp = appender.partitions_of(topic, len(info.partitions))[partition]
+        if txn is not None:
+            self._enlist(tp)
         appended = appender.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
         if appended is None:
             appended = await appender.append_new_batch(
@@ -524,7 +557,7 @@ class Producer:
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        if not self._interceptors:
+        if not self._interceptors and self._txn is None:
             info = self._metadata.snapshot.topics.get(topic)
             started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):

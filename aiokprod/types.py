@@ -20,6 +20,22 @@ class TopicPartition(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group membership, for ``send_offsets_to_transaction`` (KIP-447).
+
+    Take it from the consumer that read the input (confluent-kafka:
+    ``consumer.consumer_group_metadata()`` is opaque, so pass the group id and, if you have
+    them, the generation and member id). With only ``group_id`` the broker cannot fence a
+    zombie consumer of an older generation.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where a record landed, as the broker acknowledged it.
 

@@ -54,6 +54,14 @@ def check_idempotence(values: dict[str, Any], default: Default) -> None:
     in_flight = get("max_in_flight_requests_per_connection")
     if in_flight > MAX_IN_FLIGHT_WITH_IDEMPOTENCE:
         conflicts.append(f"max_in_flight_requests_per_connection={in_flight} (at most 5)")
+    if values.get("transactional_id") is not None:
+        if values.get("enable_idempotence") is False:
+            raise ConfigError("transactional_id needs idempotence: enable_idempotence=False")
+        if conflicts:
+            raise ConfigError(
+                "transactional_id needs idempotence, which conflicts with " + ", ".join(conflicts)
+            )
+        values["enable_idempotence"] = True
     if conflicts:
         if values.get("enable_idempotence") is True:
             raise ConfigError("enable_idempotence=True conflicts with " + ", ".join(conflicts))

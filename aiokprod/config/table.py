@@ -110,6 +110,24 @@ class ProducerConfig:
         doc="Producer id and per-partition sequence numbers, so retries neither duplicate nor "
         "reorder records. Needs `acks=all`, `retries > 0` and at most 5 requests in flight.",
     )
+    transactional_id: str | None = option(
+        default=None,
+        check=c.optional_str,
+        group=_DELIVERY,
+        java="transactional.id",
+        accepts="str | None",
+        doc="Makes the producer transactional (docs/transactions.md): `start()` fences older "
+        "producers with the same id, and records are sent only inside `begin_transaction()` "
+        "... `commit_transaction()`. Needs idempotence.",
+    )
+    transaction_timeout_ms: int = option(
+        default=60_000,
+        check=c.int_between(1, MAX_INT32),
+        group=_DELIVERY,
+        java="transaction.timeout.ms",
+        doc="How long the transaction coordinator lets a transaction stay open before it "
+        "aborts it; at most the broker's `transaction.max.timeout.ms` (default 900000).",
+    )
     delivery_timeout_ms: int = option(
         default=120_000,
         check=c.int_between(0, MAX_INT32),
@@ -427,6 +445,8 @@ class ProducerOptions(TypedDict, total=False):
     connections_max_idle_ms: int
     acks: int | Literal["all", "-1", "0", "1"]
     enable_idempotence: bool
+    transactional_id: str | None
+    transaction_timeout_ms: int
     delivery_timeout_ms: int
     request_timeout_ms: int
     max_in_flight_requests_per_connection: int

@@ -75,6 +75,7 @@ class RecordAccumulator:
         compression: codec id for new batches.
         compressor: compresses a batch's records at close (when ``compression`` != 0).
         keep_handles: keep per-record handles on batches (interceptors need them).
+        transactional: batches carry the transactional attribute (a transactional producer).
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class RecordAccumulator:
         compression: int = 0,
         compressor: Compressor | None = None,
         keep_handles: bool = False,
+        transactional: bool = False,
     ) -> None:
         self.batch_size = max(batch_size, 1)
         self.linger_ms = linger_ms
@@ -95,6 +97,7 @@ class RecordAccumulator:
         self._compression = compression
         self._compressor = compressor
         self._keep_handles = keep_handles
+        self._transactional = transactional
         #: Only partitions with at least one queued batch have an entry.
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: Every batch not yet completed, queued or in flight (for flush and abort).
@@ -163,7 +166,11 @@ class RecordAccumulator:
         if appended is not None:
             self.budget.release(reserved_bytes)
             return appended
-        builder = RecordBatchBuilder(compression=self._compression, compressor=self._compressor)
+        builder = RecordBatchBuilder(
+            compression=self._compression,
+            compressor=self._compressor,
+            transactional=self._transactional,
+        )
         batch = ProducerBatch(tp, builder, now_ms, reserved_bytes, self._keep_handles)
         index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
         if builder.full:

@@ -37,8 +37,10 @@ from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.stats import ProducerStats
+from aiokprod.internals.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
+from aiokprod.protocol.api import PRODUCE
 from aiokprod.protocol.compression import offload_threshold_bytes
 from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
@@ -73,6 +75,7 @@ class Sender:
         stats: counters behind ``Producer.metrics()``.
         clock: the producer's clock.
         rng: randomness for retry backoff jitter.
+        txn: transaction state of a transactional producer (docs/transactions.md).
     """
 
     def __init__(
@@ -87,8 +90,10 @@ class Sender:
         stats: ProducerStats,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        txn: TransactionManager | None = None,
     ) -> None:
         self._config = config
+        self._txn = txn
         self._clock = clock
         self._rng = rng or random.Random()
         self._nodes_version = -1
@@ -148,10 +153,7 @@ class Sender:
         idem = self._idem
         if idem is not None:
             idem.resolve_sequences()
-            if idem.producer_id_required:
-                self._maybe_fetch_producer_id()
-            elif idem.epoch_bump_required:
-                self._bump_epoch()
+            self._maybe_renew_producer_id(idem)
         delay = min(delay, self._fetcher.maybe_refresh(now_ms))
         acc = self._acc
         metadata = self._metadata
@@ -212,8 +214,15 @@ class Sender:
             batch.in_flight = True
             if self._guarantee_order:
                 self._acc.muted.add(batch.tp)
+        txn = self._txn
+        version: int | None = None
+        if txn is not None:
+            txn.on_sent(by_tp)
+            if not txn.tv2 and conn is not None:
+                # Produce v12+ would tell the broker to add the partitions itself (KIP-890).
+                version = min(conn.protocol.version_for(PRODUCE), PRODUCE_MAX_VERSION_TV1)
         request = ProduceRequest(
-            transactional_id=None,
+            transactional_id=None if txn is None else txn.transactional_id,
             acks=self._config.acks,
             timeout_ms=self._config.request_timeout_ms,
             topic_data=[ProduceTopicData(name=t, partition_data=p) for t, p in topics.items()],
@@ -229,6 +238,7 @@ class Sender:
                 None if acks_zero else handler,
                 deadline_ms=now_ms + self._config.request_timeout_ms,
                 expect_response=not acks_zero,
+                version=version,
             )
         except KafkaError as exc:
             # Not written: retried like a connection failure (the connection is gone or
@@ -428,6 +438,8 @@ class Sender:
         """Fail a batch on a definite broker verdict (it was not appended)."""
         if not self._finish_failed(batch, exc, record_errors):
             return
+        if self._txn is not None:
+            self._txn.on_batch_error(exc)
         if self._idem is not None:
             may_retry = batch.attempts < self._config.retries
             self._idem.on_failure(batch, exc, may_retry=may_retry)
@@ -441,6 +453,8 @@ class Sender:
         """
         if not self._finish_failed(batch, exc, None):
             return
+        if self._txn is not None:
+            self._txn.on_batch_error(exc)
         if self._idem is not None:
             self._idem.on_expired(batch, outstanding=outstanding)
 
@@ -531,8 +545,28 @@ class Sender:
         self._spawn(compress)
 
     def _can_drain(self, batch: ProducerBatch) -> bool:
+        txn = self._txn
+        if txn is not None and not txn.is_added(batch.tp):
+            return False  # protocol 1: AddPartitionsToTxn first
         idem = self._idem
         return idem is None or idem.can_drain(batch)
+
+    def _maybe_renew_producer_id(self, idem: IdempotenceState) -> None:
+        """Fetch a producer id or bump the epoch when the idempotence state asks for it.
+
+        Not for a transactional producer: its coordinator gives the id and epoch, and a
+        sequence gap makes the transaction abortable instead (txn_requests, transactional).
+        """
+        if self._txn is not None:
+            if idem.epoch_bump_required:
+                self._txn.on_batch_error(
+                    KafkaError("a batch's outcome is unknown: the epoch must be bumped")
+                )
+            return
+        if idem.producer_id_required:
+            self._maybe_fetch_producer_id()
+        elif idem.epoch_bump_required:
+            self._bump_epoch()
 
     def _bump_epoch(self) -> None:
         idem = self._idem
@@ -606,6 +640,20 @@ class Sender:
         self.fatal_error = error
         log.error("producer hit a fatal error", error=str(error))
         self.fail_all(error)
+
+    def abort_queued(self, error: KafkaError) -> bool:
+        """Fail every batch not yet sent (a transaction is aborted); True if one had a sequence.
+
+        A batch with a sequence was sent before and is queued for a retry: dropping it leaves
+        a gap in its partition's sequences, which a new epoch repairs.
+        """
+        stamped = False
+        for batch in self._acc.abort_undrained(error):
+            stamped = stamped or batch.has_sequence
+            if self._idem is not None:
+                self._idem.on_abandoned(batch)
+        self.wakeup()
+        return stamped
 
     # --- lifecycle --------------------------------------------------------------------------
 

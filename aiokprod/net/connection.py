@@ -262,6 +262,7 @@ class BrokerConnection:
         *,
         deadline_ms: int,
         expect_response: bool = True,
+        version: int | None = None,
     ) -> None:
         """Write a request now; ``handler(body, None)`` or ``handler(None, error)`` follows.
 
@@ -272,13 +273,17 @@ class BrokerConnection:
         if not self.ready or stream is None or stream.is_closing():
             reason = f" ({self.closed_error})" if self.closed_error is not None else ""
             raise KafkaConnectionError(f"node {self.node_id}: connection is not open{reason}")
-        correlation_id, frame = self.protocol.send(request, expect_response=expect_response)
+        correlation_id, frame = self.protocol.send(
+            request, version=version, expect_response=expect_response
+        )
         if expect_response:
             self._pending[correlation_id] = _Pending(handler, deadline_ms)
         stream.write(frame)
 
-    async def request(self, request: Struct, timeout_s: float) -> Struct:
-        """Send a request and await its response body.
+    async def request(
+        self, request: Struct, timeout_s: float, *, version: int | None = None
+    ) -> Struct:
+        """Send a request and await its response body (at ``version``, default negotiated).
 
         Raises:
             KafkaConnectionError: the connection broke or was closed.
@@ -296,7 +301,7 @@ class BrokerConnection:
                 future.set_result(body)
 
         deadline_ms = self._clock.monotonic_ms() + int(timeout_s * 1000)
-        self.send(request, on_response, deadline_ms=deadline_ms)
+        self.send(request, on_response, deadline_ms=deadline_ms, version=version)
         try:
             async with asyncio.timeout(timeout_s):
                 return await future

@@ -120,6 +120,11 @@ class ConnectionPool:
         self._nodes = dict(self._bootstrap)
         self._nodes.update(brokers)
 
+    def learn_node(self, node_id: int, host: str, port: int) -> None:
+        """Add a broker named by another answer (a coordinator) before metadata names it."""
+        if node_id not in self._nodes:
+            self._nodes[node_id] = (host, port)
+
     def knows(self, node_id: int) -> bool:
         """Whether the pool has an address for ``node_id``."""
         return node_id in self._nodes

@@ -39,6 +39,8 @@ from aiokprod.protocol.messages.transactions import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from aiokprod.protocol.primitives import Reader
 from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
@@ -113,6 +115,9 @@ ADD_OFFSETS_TO_TXN = ApiSpec(
     25, "AddOffsetsToTxn", AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4, 3
 )
 END_TXN = ApiSpec(26, "EndTxn", EndTxnRequest, EndTxnResponse, 0, 5, 3)
+TXN_OFFSET_COMMIT = ApiSpec(
+    28, "TxnOffsetCommit", TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 5, 3
+)
 SASL_AUTHENTICATE = ApiSpec(
     36, "SaslAuthenticate", SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2
 )
@@ -129,6 +134,7 @@ ALL_APIS: tuple[ApiSpec, ...] = (
     ADD_PARTITIONS_TO_TXN,
     ADD_OFFSETS_TO_TXN,
     END_TXN,
+    TXN_OFFSET_COMMIT,
     SASL_AUTHENTICATE,
 )
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in ALL_APIS}

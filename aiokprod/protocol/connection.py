@@ -165,6 +165,8 @@ class ClientConnection:
         self._buffer = bytearray()
         #: api key -> (broker min, broker max), set once ApiVersions succeeded.
         self.broker_versions: dict[int, tuple[int, int]] | None = None
+        #: Finalized cluster features (name -> max version level) from ApiVersions v3+.
+        self.finalized_features: dict[str, int] = {}
         self._negotiated: dict[int, int] = {}
 
     # --- versions ---------------------------------------------------------------------------
@@ -179,6 +181,9 @@ class ClientConnection:
             raise error_for_code(response.error_code, "ApiVersions failed")
         self.broker_versions = {
             r.api_key: (r.min_version, r.max_version) for r in response.api_keys
+        }
+        self.finalized_features = {
+            f.name: f.max_version_level for f in response.finalized_features or ()
         }
         self._negotiated.clear()
 

@@ -1,4 +1,4 @@
-"""Transaction APIs a producer sends: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
+"""Transaction APIs a producer sends: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
 
 Only the client versions of AddPartitionsToTxn (v0-v3) are declared: v4 and up are
 broker-to-broker.
@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aiokprod.protocol.schema import ArrayOf, Bool, Int16, Int32, Int64, String, Struct, kfield
+from aiokprod.protocol.schema import (
+    ArrayOf,
+    Bool,
+    Int16,
+    Int32,
+    Int64,
+    NullableString,
+    String,
+    Struct,
+    kfield,
+)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -93,3 +103,66 @@ class EndTxnResponse(Struct):
     error_code: int = kfield(Int16)
     producer_id: int = kfield(Int64, versions="5+", default=-1)
     producer_epoch: int = kfield(Int16, versions="5+", default=-1)
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitPartition(Struct):
+    """One partition's offset to commit with the transaction."""
+
+    partition_index: int = kfield(Int32)
+    committed_offset: int = kfield(Int64)
+    committed_leader_epoch: int = kfield(Int32, versions="2+", default=-1)
+    committed_metadata: str | None = kfield(NullableString)
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitTopic(Struct):
+    """One topic's offsets."""
+
+    name: str = kfield(String)
+    partitions: list[TxnOffsetCommitPartition] = kfield(ArrayOf(TxnOffsetCommitPartition))
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitRequest(Struct):
+    """TxnOffsetCommit request (key 28), sent to the group coordinator.
+
+    v3 adds the consumer's generation, member id and group instance id (KIP-447); v4 may
+    answer TRANSACTION_ABORTABLE; v5 is required with transaction protocol 2 (KIP-890),
+    where it also adds the offsets partition to the transaction (no AddOffsetsToTxn).
+    """
+
+    transactional_id: str = kfield(String)
+    group_id: str = kfield(String)
+    producer_id: int = kfield(Int64)
+    producer_epoch: int = kfield(Int16)
+    generation_id: int = kfield(Int32, versions="3+", default=-1)
+    member_id: str = kfield(String, versions="3+", default="")
+    group_instance_id: str | None = kfield(NullableString, versions="3+", default=None)
+    topics: list[TxnOffsetCommitTopic] = kfield(ArrayOf(TxnOffsetCommitTopic))
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitPartitionResult(Struct):
+    """One partition's result."""
+
+    partition_index: int = kfield(Int32)
+    error_code: int = kfield(Int16)
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitTopicResult(Struct):
+    """One topic's results."""
+
+    name: str = kfield(String)
+    partitions: list[TxnOffsetCommitPartitionResult] = kfield(
+        ArrayOf(TxnOffsetCommitPartitionResult)
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class TxnOffsetCommitResponse(Struct):
+    """TxnOffsetCommit response."""
+
+    throttle_time_ms: int = kfield(Int32)
+    topics: list[TxnOffsetCommitTopicResult] = kfield(ArrayOf(TxnOffsetCommitTopicResult))

@@ -1,0 +1,319 @@
+r"""Transaction state: what a transactional producer may do now, and what an error means.
+
+A synchronous state machine after the Java client's ``TransactionManager`` (the transactional
+half; :mod:`aiokprod.internals.idempotence` is the idempotent half). It does no I/O: the
+coordinator round trips are in :mod:`aiokprod.internals.txn_requests`, which reports their
+outcomes here.
+
+States::
+
+    UNINITIALIZED -> INITIALIZING -> READY -> IN_TRANSACTION -> COMMITTING -> READY
+                                                 |    \\-> ABORTABLE_ERROR -> ABORTING -> READY
+                                                 \\-> ABORTING -> READY
+    any -> FATAL_ERROR (fenced, unauthorized, unsupported): every later call raises; close.
+
+Partitions join a transaction before records are sent to them. With transaction protocol 2
+(KIP-890; ``transaction.version`` >= 2 finalized on the cluster) the Produce request itself
+adds them (Produce v12+), so every partition counts as added. With protocol 1 the client sends
+AddPartitionsToTxn first and batches of a partition wait until it is in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from aiokprod.errors import (
+    AbortableTransactionError,
+    BrokerError,
+    BrokerUnsupportedVersionError,
+    ClusterAuthorizationFailedError,
+    IllegalStateError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
+)
+from aiokprod.types import TopicPartition
+
+#: Errors after which the producer can do nothing but close (Java: ``isFatalException``).
+_FATAL: tuple[type[BaseException], ...] = (
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    BrokerUnsupportedVersionError,
+    UnsupportedVersionError,
+    InvalidProducerIdMappingError,
+)
+
+#: Produce API version that still means transaction protocol 1 (Java:
+#: ``ProduceRequest.LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2``); EndTxn and TxnOffsetCommit
+#: likewise stop at v4 under protocol 1.
+PRODUCE_MAX_VERSION_TV1 = 11
+END_TXN_MAX_VERSION_TV1 = 4
+TXN_OFFSET_COMMIT_MAX_VERSION_TV1 = 4
+
+
+class TxnState(enum.Enum):
+    """Where a transactional producer is."""
+
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "abortable error"
+    FATAL_ERROR = "fatal error"
+
+
+def is_fatal(error: BaseException) -> bool:
+    """Whether ``error`` ends the producer (fencing, authorization, unsupported versions)."""
+    return isinstance(error, _FATAL)
+
+
+def coordinator_error(error: BrokerError) -> KafkaError:
+    """The error a coordinator answer means for the producer (Java's handlers).
+
+    An older epoch on a coordinator request means another producer with the same
+    transactional id took over: the producer is fenced.
+    """
+    if isinstance(error, InvalidProducerEpochError):
+        fenced = ProducerFencedError(
+            "another producer with the same transactional_id has a newer epoch"
+        )
+        fenced.__cause__ = error
+        return fenced
+    return error
+
+
+class TransactionManager:
+    """The state of a transactional producer.
+
+    Args:
+        transactional_id: the producer's transactional id.
+        transaction_timeout_ms: sent with InitProducerId.
+    """
+
+    def __init__(self, transactional_id: str, transaction_timeout_ms: int) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.state = TxnState.UNINITIALIZED
+        #: Transaction protocol 2 (KIP-890), decided from the cluster's finalized features.
+        self.tv2 = False
+        #: The error behind ABORTABLE_ERROR or FATAL_ERROR.
+        self.last_error: KafkaError | None = None
+        #: Partitions the coordinator knows are in the current transaction.
+        self._added: set[TopicPartition] = set()
+        #: Partitions with records in this transaction, not yet sent in AddPartitionsToTxn.
+        self._pending: set[TopicPartition] = set()
+        #: Partitions in an AddPartitionsToTxn request now.
+        self._adding: set[TopicPartition] = set()
+        #: Set when the transaction failed in a way that needs a new epoch before the next one
+        #: (protocol 1: InitProducerId with the current id and epoch, KIP-360).
+        self.epoch_bump_required = False
+        #: The group offsets are in the current transaction.
+        self._offsets_added = False
+        #: A Produce request of the current transaction was written.
+        self._sent = False
+
+    # --- checks for the public calls ---------------------------------------------------------
+
+    def _raise_if_fatal(self) -> None:
+        if self.state is TxnState.FATAL_ERROR and self.last_error is not None:
+            raise self.last_error
+
+    def _raise_if_error(self) -> None:
+        self._raise_if_fatal()
+        if self.state is TxnState.ABORTABLE_ERROR:
+            error = AbortableTransactionError(
+                f"the transaction hit an error and must be aborted: {self.last_error}"
+            )
+            error.__cause__ = self.last_error
+            raise error
+
+    def _illegal(self, call: str, wanted: str) -> IllegalStateError:
+        return IllegalStateError(
+            f"{call}: the transactional producer is in state '{self.state.value}' ({wanted})"
+        )
+
+    def start_init(self) -> None:
+        """``start()`` runs InitProducerId."""
+        if self.state is not TxnState.UNINITIALIZED:
+            raise self._illegal("init", "it was initialized already")
+        self.state = TxnState.INITIALIZING
+
+    def init_done(self) -> None:
+        """InitProducerId succeeded: transactions may begin."""
+        if self.state is TxnState.INITIALIZING:
+            self.state = TxnState.READY
+
+    def begin(self) -> None:
+        """``begin_transaction()``."""
+        self._raise_if_error()
+        if self.state is not TxnState.READY:
+            raise self._illegal(
+                "begin_transaction()",
+                "a transaction is already open"
+                if self.state is TxnState.IN_TRANSACTION
+                else "it is not ready",
+            )
+        self._added.clear()
+        self._pending.clear()
+        self._adding.clear()
+        self._offsets_added = False
+        self._sent = False
+        self.state = TxnState.IN_TRANSACTION
+
+    def check_send(self) -> None:
+        """``send()`` on a transactional producer: only inside a transaction."""
+        self._raise_if_error()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._illegal(
+                "send()", "records are sent only between begin_transaction() and its end"
+            )
+
+    def check_offsets(self) -> None:
+        """``send_offsets_to_transaction()``: only inside a transaction."""
+        self._raise_if_error()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._illegal("send_offsets_to_transaction()", "no transaction is open")
+
+    def begin_commit(self) -> None:
+        """``commit_transaction()``: needs an open transaction with no error."""
+        self._raise_if_error()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._illegal("commit_transaction()", "no transaction is open")
+        self.state = TxnState.COMMITTING
+
+    def begin_abort(self) -> None:
+        """``abort_transaction()``: an open transaction, or one that hit an error."""
+        self._raise_if_fatal()
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            raise self._illegal("abort_transaction()", "no transaction is open")
+        self.state = TxnState.ABORTING
+
+    def end_done(self) -> None:
+        """EndTxn succeeded (or there was nothing to end): the next transaction may begin."""
+        if self.state in (TxnState.COMMITTING, TxnState.ABORTING):
+            self.state = TxnState.READY
+            self._added.clear()
+            self._pending.clear()
+            self._adding.clear()
+            self._offsets_added = False
+
+    def check_committing(self) -> None:
+        """After the records of a commit were sent: raise if one of them failed."""
+        self._raise_if_error()
+        if self.state is not TxnState.COMMITTING:  # pragma: no cover - defensive
+            raise self._illegal("commit_transaction()", "the commit was interrupted")
+
+    def commit_failed(self, error: KafkaError) -> None:
+        """The commit could not be completed: the transaction must be aborted (or fatal)."""
+        self.on_error(error)
+
+    def abort_failed(self, error: KafkaError) -> None:
+        """The abort's round trip failed: abort may be called again (unless fatal)."""
+        if is_fatal(error):
+            self.fail_fatal(error)
+        elif self.state is TxnState.ABORTING:
+            self.last_error = error
+            self.state = TxnState.ABORTABLE_ERROR
+
+    @property
+    def transaction_started(self) -> bool:
+        """Whether the coordinator knows of the current transaction (else EndTxn is skipped)."""
+        if self.tv2:
+            return self._sent or self._offsets_added
+        return bool(self._added) or bool(self._adding) or self._offsets_added
+
+    def offsets_added(self) -> None:
+        """AddOffsetsToTxn (or TxnOffsetCommit v5) put the offsets into the transaction."""
+        self._offsets_added = True
+
+    # --- partitions ---------------------------------------------------------------------------
+
+    def add_partition(self, tp: TopicPartition) -> bool:
+        """A record for ``tp`` is in the transaction; True if an AddPartitionsToTxn is needed."""
+        if tp in self._added or tp in self._pending or tp in self._adding:
+            return False
+        if self.tv2:
+            self._added.add(tp)  # Produce v12+ adds it on the broker
+            return False
+        self._pending.add(tp)
+        return True
+
+    def on_sent(self, tps: Iterable[TopicPartition]) -> None:
+        """Batches of ``tps`` were written: the coordinator will know of the transaction."""
+        self._sent = True
+
+    def is_added(self, tp: TopicPartition) -> bool:
+        """Whether batches of ``tp`` may be sent now."""
+        return tp in self._added
+
+    def take_pending(self) -> list[TopicPartition]:
+        """The partitions to put in the next AddPartitionsToTxn request."""
+        batch = sorted(self._pending)
+        self._adding.update(batch)
+        self._pending.clear()
+        return batch
+
+    def partitions_added(self, tps: list[TopicPartition]) -> None:
+        """AddPartitionsToTxn succeeded for ``tps``."""
+        for tp in tps:
+            self._adding.discard(tp)
+            self._added.add(tp)
+
+    def partitions_retry(self, tps: list[TopicPartition]) -> None:
+        """AddPartitionsToTxn must be tried again for ``tps`` (a retriable error)."""
+        for tp in tps:
+            self._adding.discard(tp)
+            self._pending.add(tp)
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether partitions wait for AddPartitionsToTxn."""
+        return bool(self._pending)
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def on_error(self, error: BaseException) -> None:
+        """A batch or a transactional request failed for good.
+
+        Fatal errors end the producer; anything else makes the transaction abortable (Java:
+        ``transitionToAbortableError``). A record failed by an abort changes nothing.
+        """
+        if isinstance(error, TransactionAbortedError):
+            return
+        if self.state is TxnState.FATAL_ERROR:
+            return
+        kafka_error = error if isinstance(error, KafkaError) else KafkaError(repr(error))
+        if is_fatal(error):
+            self.last_error = kafka_error
+            self.state = TxnState.FATAL_ERROR
+            return
+        self.epoch_bump_required = True
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+            self.last_error = kafka_error
+            self.state = TxnState.ABORTABLE_ERROR
+
+    def on_batch_error(self, error: BaseException) -> None:
+        """A batch of the transaction failed (Java: ``handleFailedBatch``).
+
+        INVALID_PRODUCER_EPOCH on Produce is abortable, not fatal (KIP-588): the abort's
+        coordinator round trip tells whether another producer fenced this one.
+        """
+        self.on_error(error)
+
+    def fail_fatal(self, error: KafkaError) -> None:
+        """Enter FATAL_ERROR with ``error``."""
+        self.last_error = error
+        self.state = TxnState.FATAL_ERROR
+
+    @property
+    def is_fatal(self) -> bool:
+        """Whether the producer hit a fatal error."""
+        return self.state is TxnState.FATAL_ERROR

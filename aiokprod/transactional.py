@@ -1,0 +1,230 @@
+"""The transactional half of :class:`~aiokprod.producer.Producer` (docs/transactions.md).
+
+A mixin, so the producer module stays readable: ``begin_transaction``,
+``commit_transaction``, ``abort_transaction``, ``transaction()`` and
+``send_offsets_to_transaction``. The state machine is
+:class:`~aiokprod.internals.transactions.TransactionManager`; the coordinator round trips are
+:class:`~aiokprod.internals.txn_requests.TransactionCoordinator`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+
+from aiokprod.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    KafkaError,
+    TransactionAbortedError,
+)
+from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.sender import Sender
+from aiokprod.internals.transactions import TransactionManager, TxnState
+from aiokprod.internals.txn_requests import TransactionCoordinator
+from aiokprod.logs import get_logger
+from aiokprod.types import ConsumerGroupMetadata, TopicPartition
+
+log = get_logger("aiokprod.producer")
+
+
+class TransactionalMixin:
+    """Transactions for a producer created with ``transactional_id``."""
+
+    _txn: TransactionManager | None
+    _coordinator: TransactionCoordinator | None
+    _sender: Sender | None
+    _acc: RecordAccumulator
+    _idempotence: IdempotenceState | None
+
+    def _require_txn(self, call: str) -> tuple[TransactionManager, TransactionCoordinator]:
+        txn, coordinator = self._txn, self._coordinator
+        if txn is None:
+            raise IllegalStateError(
+                f"{call} needs a transactional producer: create it with transactional_id=..."
+            )
+        if coordinator is None or self._sender is None:
+            raise IllegalStateError(f"{call}: the producer is not started")
+        return txn, coordinator
+
+    async def _init_transactions(self) -> None:
+        """``start()``: find the coordinator and run InitProducerId (fencing older instances)."""
+        txn, coordinator = self._require_txn("start()")
+        txn.start_init()
+        await coordinator.init_producer_id()
+        txn.init_done()
+
+    def _enlist(self, tp: TopicPartition) -> None:
+        """A record for ``tp`` joins the transaction (protocol 1: AddPartitionsToTxn)."""
+        txn, coordinator = self._txn, self._coordinator
+        if txn is None or coordinator is None:
+            return
+        txn.check_send()  # again: the state may have changed while send() awaited metadata
+        if txn.add_partition(tp):
+            coordinator.maybe_add_partitions()
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on commit or abort together.
+
+        Raises:
+            IllegalStateError: not a transactional producer, or a transaction is open.
+            AbortableTransactionError: the last transaction failed and was not aborted.
+            ProducerFencedError: another producer with the same id took over (fatal).
+        """
+        txn, _ = self._require_txn("begin_transaction()")
+        txn.begin()
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it.
+
+        Raises:
+            AbortableTransactionError: a record or request failed; call
+                :meth:`abort_transaction` (the cause is the ``__cause__``).
+            IllegalStateError: no transaction is open.
+            ProducerFencedError: fenced by a newer producer (fatal: close the producer).
+            KafkaTimeoutError: the coordinator did not answer within ``max_block_ms`` (the
+                transaction must then be aborted).
+        """
+        txn, coordinator = self._require_txn("commit_transaction()")
+        txn.begin_commit()
+        try:
+            await self._wait_transaction_records(flush=True)
+            txn.check_committing()
+            if txn.transaction_started:
+                await coordinator.end_txn(commit=True)
+        except KafkaError as exc:
+            txn.commit_failed(exc)
+            raise
+        txn.end_done()
+        log.debug("transaction committed", transactional_id=txn.transactional_id)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction: its records are never visible to read_committed readers.
+
+        Records not yet sent fail with :class:`TransactionAbortedError`; records in flight
+        are awaited first.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+            ProducerFencedError: fenced (fatal).
+            KafkaTimeoutError: the coordinator did not answer; calling it again retries.
+        """
+        txn, coordinator = self._require_txn("abort_transaction()")
+        txn.begin_abort()
+        sender = self._sender
+        assert sender is not None
+        stamped = sender.abort_queued(TransactionAbortedError("the transaction was aborted"))
+        try:
+            await self._wait_transaction_records(flush=False)
+            if txn.transaction_started:
+                await coordinator.end_txn(commit=False)
+            idem = self._idempotence
+            bump = txn.epoch_bump_required or stamped
+            if idem is not None and idem.epoch_bump_required:
+                bump = True
+            if bump and not txn.tv2:
+                # Sequences have a gap: a new epoch from the coordinator (KIP-360).
+                await coordinator.init_producer_id(bump=True)
+        except KafkaError as exc:
+            txn.abort_failed(exc)
+            raise
+        txn.end_done()
+        log.debug("transaction aborted", transactional_id=txn.transactional_id)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` commits on exit, aborts on an exception.
+
+        The exception is re-raised after the abort. A commit that fails with an abortable
+        error is aborted too, and its error raised.
+        """
+        await self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            await self._abort_after_error()
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError:
+            await self._abort_after_error()
+            raise
+
+    async def _abort_after_error(self) -> None:
+        txn = self._txn
+        if txn is None or txn.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.abort_transaction()
+            except KafkaError as exc:
+                log.warning("aborting the transaction failed", error=str(exc))
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: str | ConsumerGroupMetadata,
+    ) -> None:
+        """Commit a consumer group's offsets as part of the transaction (consume-transform-produce).
+
+        Args:
+            offsets: ``TopicPartition`` -> the next offset to consume (last processed + 1).
+            group: the consumer's group id, or its :class:`ConsumerGroupMetadata` (KIP-447:
+                lets the broker fence a consumer of an older generation).
+
+        Raises:
+            InvalidArgumentError: bad offsets or group.
+            IllegalStateError: no transaction is open.
+            AbortableTransactionError / ProducerFencedError: as :meth:`commit_transaction`.
+        """
+        txn, coordinator = self._require_txn("send_offsets_to_transaction()")
+        if isinstance(group, str):
+            group = ConsumerGroupMetadata(group)
+        if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
+            raise InvalidArgumentError(
+                f"group must be a group id or a ConsumerGroupMetadata, got {group!r}"
+            )
+        checked: dict[TopicPartition, int] = {}
+        for tp, offset in dict(offsets).items():
+            if (
+                not isinstance(tp, tuple)
+                or len(tp) != 2
+                or not isinstance(tp[0], str)
+                or type(tp[1]) is not int
+                or type(offset) is not int
+                or offset < 0
+            ):
+                raise InvalidArgumentError(
+                    f"offsets must map TopicPartition(topic, partition) to an int >= 0, "
+                    f"got {tp!r}: {offset!r}"
+                )
+            checked[TopicPartition(tp[0], tp[1])] = offset
+        txn.check_offsets()
+        await coordinator.send_offsets(checked, group)
+
+    async def _wait_transaction_records(self, *, flush: bool) -> None:
+        """Wait until every batch is acknowledged or failed (sending lingering ones now)."""
+        acc = self._acc
+        batches = acc.incomplete_batches()
+        if flush:
+            acc.begin_flush()
+        sender = self._sender
+        if sender is not None:
+            sender.wakeup()
+        try:
+            for batch in batches:
+                await batch.result.wait()
+        finally:
+            if flush:
+                acc.end_flush()
+
+    async def _abort_open_transaction(self) -> None:
+        """``close()``: abort a transaction left open, as the Java client does."""
+        txn = self._txn
+        if txn is None or txn.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            return
+        log.info("aborting the open transaction on close", transactional_id=txn.transactional_id)
+        await self._abort_after_error()

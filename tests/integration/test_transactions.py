@@ -1,0 +1,218 @@
+"""Transactions on a real broker, read back with librdkafka in read_committed mode."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from aiokprod import (
+    AbortableTransactionError,
+    IllegalStateError,
+    Producer,
+)
+from aiokprod.errors import ConfigError, InvalidTxnStateError, ProducerFencedError
+from aiokprod.errors import KafkaError as AiokprodError
+from aiokprod.testing import LocalKafka
+from aiokprod.testing.pytest_plugin import NewTopic
+
+pytestmark = pytest.mark.asyncio
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: int = 1, idle_s: float = 3.0
+) -> list[bytes]:
+    """Every committed value of ``topic`` (librdkafka, isolation.level=read_committed).
+
+    Reads until each partition reached its end (the last stable offset) and nothing new came
+    for ``idle_s``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"rc-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if len(eof) == partitions and time.monotonic() - last > idle_s:
+                    break
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition() or 0)
+                    continue
+                raise RuntimeError(str(err))
+            last = time.monotonic()
+            eof.discard(msg.partition() or 0)
+            value = msg.value()
+            assert value is not None
+            values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
+def txn_id() -> str:
+    return f"tx-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.mark.parametrize("force_v1", [False, True], ids=["protocol2", "protocol1"])
+async def test_committed_visible_aborted_not(
+    kafka: LocalKafka, new_topic: NewTopic, force_v1: bool
+) -> None:
+    topic = new_topic(partitions=3)
+    producer = Producer(kafka.bootstrap_servers, transactional_id=txn_id(), linger_ms=20)
+    producer._force_transaction_v1 = force_v1
+    async with producer:
+        assert producer._txn is not None
+        assert producer._txn.tv2 is (not force_v1)
+        async with producer.transaction():
+            for i in range(30):
+                await producer.send(topic, f"c1-{i}".encode(), key=str(i).encode())
+        await producer.begin_transaction()
+        futures = [
+            await producer.send(topic, f"a-{i}".encode(), key=str(i).encode()) for i in range(30)
+        ]
+        await producer.flush()
+        await producer.abort_transaction()
+        assert all(f.done() for f in futures)
+
+        async def fail_midway() -> None:
+            async with producer.transaction():
+                for i in range(10):
+                    await producer.send(topic, f"a2-{i}".encode())
+                raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            await fail_midway()
+        async with producer.transaction():
+            for i in range(30):
+                await producer.send(topic, f"c2-{i}".encode(), key=str(i).encode())
+    values = read_committed(kafka.bootstrap_servers, topic, partitions=3)
+    expected = {f"c1-{i}".encode() for i in range(30)} | {f"c2-{i}".encode() for i in range(30)}
+    assert sorted(values) == sorted(expected)
+
+
+async def test_wrong_state_calls_raise(kafka: LocalKafka, new_topic: NewTopic) -> None:
+    topic = new_topic()
+    async with Producer(kafka.bootstrap_servers, transactional_id=txn_id()) as producer:
+        with pytest.raises(IllegalStateError, match="send"):
+            await producer.send(topic, b"outside")
+        with pytest.raises(IllegalStateError):
+            await producer.commit_transaction()
+        with pytest.raises(IllegalStateError):
+            await producer.abort_transaction()
+        await producer.begin_transaction()
+        with pytest.raises(IllegalStateError):
+            await producer.begin_transaction()
+        await producer.send(topic, b"inside")
+        await producer.commit_transaction()
+        with pytest.raises(IllegalStateError):
+            await producer.commit_transaction()
+    async with Producer(kafka.bootstrap_servers) as plain:
+        with pytest.raises(IllegalStateError, match="transactional_id"):
+            await plain.begin_transaction()
+    with pytest.raises(ConfigError):
+        Producer(kafka.bootstrap_servers, transactional_id="x", enable_idempotence=False)
+    assert read_committed(kafka.bootstrap_servers, topic) == [b"inside"]
+
+
+async def test_second_producer_fences_first(kafka: LocalKafka, new_topic: NewTopic) -> None:
+    topic = new_topic()
+    tid = txn_id()
+    first = Producer(kafka.bootstrap_servers, transactional_id=tid)
+    await first.start()
+    try:
+        await first.begin_transaction()
+        await (await first.send(topic, b"old-1"))
+        async with Producer(kafka.bootstrap_servers, transactional_id=tid) as second:
+            # InitProducerId of the second aborts the first's open transaction and fences it.
+            async with second.transaction():
+                await second.send(topic, b"new-1")
+            # Produce under the old epoch answers INVALID_PRODUCER_EPOCH: abortable, as in
+            # the Java client (KIP-588); the abort's EndTxn then learns of the fencing.
+            await first.send(topic, b"old-2")
+            with pytest.raises((AbortableTransactionError, ProducerFencedError)):
+                await first.commit_transaction()
+            with pytest.raises(ProducerFencedError):
+                await first.abort_transaction()
+            # Fatal from now on: every call raises the same error.
+            with pytest.raises(ProducerFencedError):
+                await first.begin_transaction()
+            with pytest.raises(ProducerFencedError):
+                await first.send(topic, b"old-3")
+    finally:
+        await first.close()
+    assert read_committed(kafka.bootstrap_servers, topic) == [b"new-1"]
+
+
+async def test_open_transaction_aborted_by_broker_timeout(
+    kafka: LocalKafka, new_topic: NewTopic
+) -> None:
+    topic = new_topic()
+    producer = Producer(
+        kafka.bootstrap_servers, transactional_id=txn_id(), transaction_timeout_ms=2000
+    )
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        await (await producer.send(topic, b"left-open"))
+        assert stable_offset(kafka.bootstrap_servers, topic) == 0  # open: nothing is stable
+        # The coordinator aborts it after the timeout (it checks every 10 s by default):
+        # then the abort marker follows the record and the stable offset moves past both.
+        deadline = time.monotonic() + 90
+        while stable_offset(kafka.bootstrap_servers, topic) == 0:
+            assert time.monotonic() < deadline, "the broker did not abort the transaction"
+            await asyncio.sleep(1)
+        with pytest.raises(AiokprodError) as caught:
+            await producer.commit_transaction()
+        # Kafka 4.3.1 answers INVALID_TXN_STATE: the coordinator ended the transaction.
+        assert isinstance(
+            caught.value, InvalidTxnStateError | ProducerFencedError | AbortableTransactionError
+        ), repr(caught.value)
+    finally:
+        await producer.close()
+    assert read_committed(kafka.bootstrap_servers, topic) == []
+
+
+def stable_offset(bootstrap: str, topic: str) -> int:
+    """Partition 0's last stable offset, as a read_committed librdkafka consumer sees it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lso-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                offset = msg.offset()
+                assert offset is not None
+                return offset
+        raise AssertionError("no end of partition within 30 s")
+    finally:
+        consumer.close()
