@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint format docs kafka bench clean
+.PHONY: demo test test-unit test-under-load lint format docs kafka bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +24,19 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
+## test-under-load: the integration tests with a CPU hog on every core (tools/load.py): the
+##                  hogs end with the tests (killed by PID, also on Ctrl-C or failure) and
+##                  never outlive LOAD_SECONDS (default and maximum 2400 = 40 min);
+##                  LOAD_HOGS=N for another count, PYTEST_ARGS="-x -k ..." to narrow the run
+LOAD_SECONDS ?= 2400
+LOAD_HOGS    ?= $(shell nproc 2>/dev/null || echo 2)
+test-under-load: $(STAMP)
+	$(PY) tools/load.py --hogs $(LOAD_HOGS) --seconds $(LOAD_SECONDS) -- \
+		$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
 ## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
-LINTED := aiokprod tests examples benchmarks docs/gen_config.py
+LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
