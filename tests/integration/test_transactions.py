@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from txn_readback import read_committed, stable_offset
 
 from aiokprod import (
     AbortableTransactionError,
@@ -20,51 +20,6 @@ from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import NewTopic
 
 pytestmark = pytest.mark.asyncio
-
-
-def read_committed(
-    bootstrap: str, topic: str, partitions: int = 1, idle_s: float = 3.0
-) -> list[bytes]:
-    """Every committed value of ``topic`` (librdkafka, isolation.level=read_committed).
-
-    Reads until each partition reached its end (the last stable offset) and nothing new came
-    for ``idle_s``.
-    """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"rc-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        last = time.monotonic()
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if len(eof) == partitions and time.monotonic() - last > idle_s:
-                    break
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition() or 0)
-                    continue
-                raise RuntimeError(str(err))
-            last = time.monotonic()
-            eof.discard(msg.partition() or 0)
-            value = msg.value()
-            assert value is not None
-            values.append(value)
-    finally:
-        consumer.close()
-    return values
 
 
 def txn_id() -> str:
@@ -188,31 +143,3 @@ async def test_open_transaction_aborted_by_broker_timeout(
     finally:
         await producer.close()
     assert read_committed(kafka.bootstrap_servers, topic) == []
-
-
-def stable_offset(bootstrap: str, topic: str) -> int:
-    """Partition 0's last stable offset, as a read_committed librdkafka consumer sees it."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"lso-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                offset = msg.offset()
-                assert offset is not None
-                return offset
-        raise AssertionError("no end of partition within 30 s")
-    finally:
-        consumer.close()
