@@ -1,0 +1,96 @@
+"""Transactional throughput: aiokprod vs aiokafka, committing every N records.
+
+Standalone (not yet a row of the benchmark harness): both producers run one after the other
+against the same broker and topic settings, each sending ``--records`` records of
+``--value-bytes`` bytes in transactions of ``--per-txn`` records (send all, then commit),
+best of ``--rounds``. Bounded: at most records x rounds per library.
+
+    python -m benchmarks.txn_throughput --bootstrap 127.0.0.1:9092 --topic bench-txn
+
+Prints one line per library: records/s and transactions/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+import warnings
+
+from aiokprod import Producer
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from aiokafka import AIOKafkaProducer
+
+
+async def run_aiokprod(
+    bootstrap: str, topic: str, records: int, per_txn: int, value: bytes
+) -> float:
+    async with Producer(
+        bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:8]}", linger_ms=5
+    ) as producer:
+        await producer.partitions_for(topic)
+        start = time.perf_counter()
+        for first in range(0, records, per_txn):
+            async with producer.transaction():
+                for _ in range(min(per_txn, records - first)):
+                    await producer.send(topic, value)
+        return time.perf_counter() - start
+
+
+async def run_aiokafka(
+    bootstrap: str, topic: str, records: int, per_txn: int, value: bytes
+) -> float:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=f"bench-{uuid.uuid4().hex[:8]}",
+        enable_idempotence=True,
+        linger_ms=5,
+    )
+    await producer.start()
+    try:
+        await producer.partitions_for(topic)
+        start = time.perf_counter()
+        for first in range(0, records, per_txn):
+            async with producer.transaction():
+                for _ in range(min(per_txn, records - first)):
+                    await producer.send(topic, value)
+        return time.perf_counter() - start
+    finally:
+        await producer.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--per-txn", type=int, default=1_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    value = b"x" * args.value_bytes
+    runners = {"aiokprod": run_aiokprod, "aiokafka": run_aiokafka}
+    best: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for name, runner in runners.items():
+            seconds = asyncio.run(
+                runner(args.bootstrap, args.topic, args.records, args.per_txn, value)
+            )
+            best[name] = min(best.get(name, seconds), seconds)
+    for name, seconds in best.items():
+        txns = -(-args.records // args.per_txn)
+        print(
+            f"{name}: {args.records / seconds:,.0f} records/s, {txns / seconds:,.1f} txn/s "
+            f"(best of {args.rounds}, {args.records} x {args.value_bytes} B, "
+            f"commit every {args.per_txn})"
+        )
+
+
+if __name__ == "__main__":
+    main()
