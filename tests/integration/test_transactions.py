@@ -7,13 +7,16 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from txn_readback import read_committed, stable_offset
 
 from aiokprod import (
     AbortableTransactionError,
+    ConsumerGroupMetadata,
     IllegalStateError,
     Producer,
 )
+from aiokprod import TopicPartition as Tp
 from aiokprod.errors import ConfigError, InvalidTxnStateError, ProducerFencedError
 from aiokprod.errors import KafkaError as AiokprodError
 from aiokprod.testing import LocalKafka
@@ -143,3 +146,44 @@ async def test_open_transaction_aborted_by_broker_timeout(
     finally:
         await producer.close()
     assert read_committed(kafka.bootstrap_servers, topic) == []
+
+
+async def test_close_aborts_an_open_transaction(kafka: LocalKafka, new_topic: NewTopic) -> None:
+    topic = new_topic()
+    async with Producer(kafka.bootstrap_servers, transactional_id=txn_id()) as producer:
+        await producer.begin_transaction()
+        await (await producer.send(topic, b"never-visible"))
+        assert stable_offset(kafka.bootstrap_servers, topic) == 0  # open
+    # close() ended it with an abort marker at once (the timeout is 60 s): the stable
+    # offset is past the record and the marker, and no committed record is there.
+    assert stable_offset(kafka.bootstrap_servers, topic) == 2
+    assert read_committed(kafka.bootstrap_servers, topic) == []
+
+
+@pytest.mark.parametrize("force_v1", [False, True], ids=["protocol2", "protocol1"])
+async def test_offsets_commit_with_the_transaction_only(
+    kafka: LocalKafka, new_topic: NewTopic, force_v1: bool
+) -> None:
+    source, sink = new_topic(partitions=2), new_topic()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    producer = Producer(kafka.bootstrap_servers, transactional_id=txn_id())
+    producer._force_transaction_v1 = force_v1
+    async with producer:
+        await producer.begin_transaction()
+        await producer.send(sink, b"aborted")
+        await producer.send_offsets_to_transaction({Tp(source, 0): 100}, group)
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send(sink, b"committed")
+            await producer.send_offsets_to_transaction(
+                {Tp(source, 0): 7, Tp(source, 1): 3}, ConsumerGroupMetadata(group)
+            )
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
+    try:
+        committed = consumer.committed(
+            [TopicPartition(source, 0), TopicPartition(source, 1)], timeout=30
+        )
+    finally:
+        consumer.close()
+    assert [(c.partition, c.offset) for c in committed] == [(0, 7), (1, 3)]
+    assert read_committed(kafka.bootstrap_servers, sink) == [b"committed"]
