@@ -15,6 +15,7 @@ instead of leaving it hanging.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import enum
 import random
@@ -54,7 +55,7 @@ from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
 from aiokprod.net.transport import Transport
 from aiokprod.protocol.compression import codec_for_name
-from aiokprod.types import Header, ProducerRecord, RecordMetadata
+from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
 
@@ -143,7 +144,10 @@ class Producer:
         self._transport = transport
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The thread whose event loop started the producer: sends from any other thread
+        #: are refused. (A thread id, not the loop: asyncio.get_running_loop() costs a
+        #: getpid() system call per call before Python 3.12, too much per record.)
+        self._thread_id = -1
         self._state = _State.NEW
         self._stats = ProducerStats()
         self._budget = ByteBudget(cfg.buffer_memory)
@@ -184,6 +188,8 @@ class Producer:
             and not cfg.partitioner_ignore_keys
         )
         self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
+        #: topic -> its TopicPartition objects (the appender's, cached here for send()).
+        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
@@ -227,7 +233,7 @@ class Producer:
         if self._state is not _State.NEW:
             raise IllegalStateError(f"start() on a producer that is {self._state.value}")
         loop = asyncio.get_running_loop()
-        self._loop = loop
+        self._thread_id = _thread.get_ident()
         ready: asyncio.Future[None] = loop.create_future()
         self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
         await ready
@@ -384,7 +390,7 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    async def send(
+    async def send(  # noqa: C901 - the per-record hot path, kept in one frame on purpose
         self,
         topic: str,
         value: Any = None,
@@ -423,7 +429,7 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
-        if asyncio.get_running_loop() is not self._loop:
+        if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
@@ -456,20 +462,28 @@ class Producer:
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise _bad_timestamp(timestamp_ms)
         sticky = None
+        num_partitions = len(info.partitions)
         if partition is None:
             if key is not None and self._hash_keys:
-                partition = self._hasher.partition(key, len(info.partitions))
+                partition = self._hasher.partition(key, num_partitions)
             else:
                 partition, sticky = appender.partitions.choose(
-                    topic, key, len(info.partitions), info.available
+                    topic, key, num_partitions, info.available
                 )
-        tp = appender.partitions_of(topic, len(info.partitions))[partition]
-        appended = appender.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._tps[topic] = appender.partitions_of(topic, num_partitions)
+        tp = tps[partition]
+        # RecordAppender.append, inlined (this runs per record).
+        appended = self._acc.try_append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
         if appended is None:
-            appended = await appender.append_new_batch(
+            batch, index = await appender.append_new_batch(
                 tp, timestamp_ms, key, value, header_bytes, sticky, info, started
             )
-        batch, index = appended
+        else:
+            batch, index, _ = appended
+            if batch.is_full:
+                appender.wakeup()
         handle = DeliveryFuture(batch.result, index, tp, timestamp_ms, key_size, value_size)
         if batch.handles is not None:
             batch.handles.append(handle)
@@ -518,7 +532,7 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
-        if asyncio.get_running_loop() is not self._loop:
+        if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
         keys, values = _bulk_columns(keys, values)
         bulk = BulkDelivery()
