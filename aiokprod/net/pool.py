@@ -153,11 +153,6 @@ class ConnectionPool:
         conn.close(KafkaConnectionError(f"node {conn.node_id}: SASL session expiring"))
         return True
 
-    def is_connected(self, node_id: int) -> bool:
-        """Whether the node has an open connection."""
-        conn = self._connections.get(node_id)
-        return conn is not None and conn.ready
-
     def connection_delay_ms(self, node_id: int, now_ms: int) -> int:
         """How long until a new attempt to ``node_id`` may start (0 if now or connecting)."""
         if node_id in self._connecting:
