@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint docs kafka bench clean
+.PHONY: demo test test-unit test-pythons lint docs docs-check kafka bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,15 +24,27 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
+## test-pythons: the unit tests on every CPython >= 3.11 pyenv has, each in its own venv
+##               (.venv-py3.X); PYTHONS="/path/python ..." or SKIP_PYTHONS="3.11" to choose
+test-pythons:
+	.ci/test-pythons
+
 ## lint: ruff and mypy --strict
 lint: $(STAMP)
-	$(VENV)/bin/ruff check aiokprod tests examples
-	$(VENV)/bin/ruff format --check aiokprod
+	$(VENV)/bin/ruff check aiokprod tests examples docs/check_site.py
+	$(VENV)/bin/ruff format --check aiokprod docs/check_site.py
 	$(VENV)/bin/mypy --strict aiokprod
 
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## docs-check: build the site, then render every page in headless Chromium (the system's
+##             /usr/bin/chromium: apt-get install -y chromium; none is downloaded) and fail on
+##             console errors, missing assets, requests leaving 127.0.0.1, unhighlighted code
+docs-check: docs
+	$(PY) docs/check_site.py --self-test
+	$(PY) docs/check_site.py site
 
 ## kafka: run a local single-node Apache Kafka until Ctrl-C
 kafka: $(STAMP)
@@ -50,4 +62,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache
