@@ -31,8 +31,8 @@ test-pythons:
 
 ## lint: ruff and mypy --strict
 lint: $(STAMP)
-	$(VENV)/bin/ruff check aiokprod tests examples docs/check_site.py
-	$(VENV)/bin/ruff format --check aiokprod docs/check_site.py
+	$(VENV)/bin/ruff check aiokprod tests examples docs/check_site.py docs/griffe_sphinx_roles.py
+	$(VENV)/bin/ruff format --check aiokprod docs/check_site.py docs/griffe_sphinx_roles.py
 	$(VENV)/bin/mypy --strict aiokprod
 
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)

@@ -13,7 +13,8 @@ driven over the Chrome DevTools protocol. A page fails when, while it loads:
   an error (a resource that failed, a blocked script...);
 * any request answers 400 or more, or fails (a missing asset);
 * any request leaves 127.0.0.1 (a CDN: the site must work offline);
-* an image does not load, or a code block is not highlighted (``pre`` outside a
+* a docstring's reST role is shown literally (``:class:`X```), an image does not load,
+  or a code block is not highlighted (``pre`` outside a
   ``.highlight`` block), or the highlighting colours are not applied (the bundled Pygments
   stylesheet missing).
 
@@ -80,8 +81,10 @@ _PAGE_PROBE = """(() => {
     const pre = keyword.closest("pre");
     keywordColoured = getComputedStyle(keyword).color !== getComputedStyle(pre).color;
   }
+  const roles = document.body.innerText.match(/:(class|meth|func|attr|exc|mod|data):`/g) || [];
   return {brokenImages, codeBlocks: pres.length, unhighlighted, keywordColoured,
-          title: document.title, textLength: document.body.innerText.length};
+          title: document.title, textLength: document.body.innerText.length,
+          reSTRoles: roles.length};
 })()"""
 
 
@@ -320,6 +323,8 @@ def _note_probe(probe: dict[str, Any], report: PageReport) -> None:
         report.problems.append(f"image did not load: {src}")
     if probe.get("unhighlighted"):
         report.problems.append(f"{probe['unhighlighted']} code block(s) not highlighted")
+    if probe.get("reSTRoles"):
+        report.problems.append(f"{probe['reSTRoles']} reST role(s) shown literally (:class:`...`)")
     if probe.get("textLength", 0) == 0:
         report.problems.append("the page shows no text")
     report.code_blocks = probe.get("codeBlocks", 0)
@@ -359,7 +364,7 @@ def summarise(reports: list[PageReport], *, require_colour: bool = True) -> list
 
 _BROKEN_PAGE = """<!doctype html><html><head><title>broken</title>
 <link rel="stylesheet" href="missing.css"></head><body><p>broken page</p>
-<img src="missing.png" alt="missing">
+<img src="missing.png" alt="missing"><p>see :class:`Producer`</p>
 <pre><code>plain, not highlighted</code></pre>
 <script>console.error("boom from console"); throw new Error("boom from a script");</script>
 </body></html>"""
@@ -386,6 +391,7 @@ async def self_test(executable: str) -> list[str]:
             "boom from console",
             "boom from a script",
             "not highlighted",
+            "reST role",
         )
         if what not in found
     ]
