@@ -174,3 +174,34 @@ def test_start_progress_reports_each_step_once(capsys: pytest.CaptureFixture[str
     assert sum("formatting storage" in line for line in lines) == 1
     assert sum("JVMs started" in line for line in lines) == 1
     assert all(line.startswith("[aiokprod.testing] ") for line in lines)
+
+
+def test_a_first_run_says_it_is_fetching_the_jars(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fetched: list[str] = []
+
+    class _Dist:
+        version = "4.3.1"
+        lib_dir = tmp_path / "lib"
+
+    def fake_ensure(version: str | None = None) -> _Dist:
+        assert "fetching the Kafka" in capsys.readouterr().err  # said before the download
+        fetched.append(str(version))
+        return _Dist()
+
+    monkeypatch.setenv("AIOKPROD_KAFKA_VERSION", "4.3.1")
+    monkeypatch.setattr(testing_main, "find_distribution", lambda: None)
+    monkeypatch.setattr(testing_main, "ensure_distribution", fake_ensure)
+    testing_main._fetch_with_progress()
+    assert fetched == ["4.3.1"]
+    assert f"fetched Kafka 4.3.1 jars into {tmp_path / 'lib'}" in capsys.readouterr().err
+
+
+def test_cached_jars_are_not_announced(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testing_main, "find_distribution", lambda: object())
+    monkeypatch.setattr(testing_main, "ensure_distribution", _never_start)
+    testing_main._fetch_with_progress()
+    assert capsys.readouterr().err == ""
