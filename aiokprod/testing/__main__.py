@@ -223,7 +223,7 @@ class _StartProgress:
         while not self._done.wait(self._poll_s):
             try:
                 step = self._step()
-            except Exception:  # a racing read must never break the start itself
+            except Exception:  # noqa: BLE001 - a racing read must never break the start itself
                 continue
             now = time.monotonic()
             if step is not None and step != last_step:
