@@ -47,7 +47,13 @@ from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, murmur3_hasher
 from aiokprod.internals.sender import Sender
-from aiokprod.internals.serialization import serialize_headers, serialize_key, serialize_value
+from aiokprod.internals.serialization import (
+    is_plain_serializer,
+    serialize_headers,
+    serialize_key,
+    serialize_special,
+    serialize_value,
+)
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
@@ -193,6 +199,10 @@ class Producer:
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
+        # Coroutine serializers and ones taking a context are awaited / given one; plain
+        # functions (or none) stay on the fast path and allow send_many's column paths.
+        self._key_plain = is_plain_serializer(cfg.key_serializer)
+        self._value_plain = is_plain_serializer(cfg.value_serializer)
         self._interceptors = cfg.interceptors
         self._max_block_s = cfg.max_block_ms / 1000
         self._sender: Sender | None = None
@@ -446,10 +456,18 @@ class Producer:
             info = await self._wait_for_topic(topic, partition)
         # Inline guards for the common types (this runs once per record); anything else
         # goes through the shared serializers.
-        if self._key_serializer is not None or (key is not None and type(key) is not bytes):
-            key = serialize_key(self._key_serializer, key)
-        if self._value_serializer is not None or (value is not None and type(value) is not bytes):
-            value = serialize_value(self._value_serializer, value)
+        ks = self._key_serializer
+        if ks is not None or (key is not None and type(key) is not bytes):
+            if self._key_plain or ks is None:
+                key = serialize_key(ks, key)
+            else:
+                key = await serialize_special(ks, key, "key", topic, headers)
+        vs = self._value_serializer
+        if vs is not None or (value is not None and type(value) is not bytes):
+            if self._value_plain or vs is None:
+                value = serialize_value(vs, value)
+            else:
+                value = await serialize_special(vs, value, "value", topic, headers)
         header_bytes = serialize_headers(headers) if headers else None
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
@@ -538,7 +556,7 @@ class Producer:
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        if not self._interceptors:
+        if not self._interceptors and self._key_plain and self._value_plain:
             info = self._metadata.snapshot.topics.get(topic)
             started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):

@@ -114,6 +114,7 @@ EXAMPLE_FILES = {
     "fastapi_app.py",
     "aiohttp_app.py",
     "spark_job.py",
+    "schema_registry.py",
 }
 #: A command under `exec` starts its own Kafka (and Spark's JVM for spark_job): be patient.
 EXEC_TIMEOUT_S = 300
@@ -171,6 +172,7 @@ def test_every_example_documents_a_command() -> None:
         ("asyncio_script.py", "10000 of 10000 records delivered"),
         ("sync_script.py", "1000 of 1000 rows delivered"),
         ("spark_job.py", "delivered 100000 records to 'clicks'"),
+        ("schema_registry.py", "1000 of 1000 records decoded with schema id 1"),
     ],
 )
 def test_documented_exec_command_runs(name: str, expected_output: str) -> None:
