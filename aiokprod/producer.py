@@ -740,26 +740,61 @@ class Producer:
             await asyncio.sleep(0)
         return [p.partition for p in info.partitions]
 
-    def metrics(self) -> dict[str, int | float]:
-        """A snapshot of counters and gauges (names are stable; values are since start)."""
+    def metrics(self) -> dict[str, float]:
+        """Producer-wide metrics: the Java producer's names and meanings (docs/metrics.md).
+
+        Rates are per second and averages and maxima cover the last 30-60 s (two 30 s
+        samples, as Java's defaults); ``*-total`` counts since start; an average or maximum
+        with nothing recorded in the window is NaN, as in Java. The names of earlier
+        versions (``records_sent``, ...) are kept alongside.
+        """
         stats = self._stats
+        now_ms = self._clock.monotonic_ms()
         sender = self._sender
         pool = self._pool
+        out = stats.producer_metrics(now_ms)
+        out.update(
+            {
+                "buffer-total-bytes": self._budget.total,
+                "buffer-available-bytes": self._budget.available,
+                "waiting-threads": self._budget.waiter_count,
+                "requests-in-flight": pool.in_flight_requests() if pool else 0,
+                "batches-queued": self._acc.queued_batches(),
+                "batches-in-flight": sender.in_flight_batches if sender else 0,
+                "batches-compressed-in-thread": stats.batches_compressed_in_thread,
+                "metadata-version": self._metadata.version,
+                # names of earlier versions
+                "records_sent": stats.total("record-send"),
+                "records_failed": stats.total("record-error"),
+                "records_retried": stats.total("record-retry"),
+                "batches_sent": stats.total("batch"),
+                "requests_sent": stats.total("request"),
+                "bytes_sent": stats.total("outgoing-byte"),
+                "batches_compressed_in_thread": stats.batches_compressed_in_thread,
+                "buffer_total_bytes": self._budget.total,
+                "buffer_available_bytes": self._budget.available,
+                "buffer_waiters": self._budget.waiter_count,
+                "batches_queued": self._acc.queued_batches(),
+                "batches_in_flight": sender.in_flight_batches if sender else 0,
+                "requests_in_flight": pool.in_flight_requests() if pool else 0,
+                "metadata_version": self._metadata.version,
+            }
+        )
+        return out
+
+    def metric_groups(self) -> dict[str, Any]:
+        """Every metric, by group.
+
+        ``producer-metrics`` (as :meth:`metrics`), ``producer-topic-metrics`` (per topic),
+        ``producer-node-metrics`` (per broker id) and ``latency-histograms`` (cumulative
+        buckets, for exporters).
+        """
+        now_ms = self._clock.monotonic_ms()
         return {
-            "records_sent": stats.records_sent,
-            "records_failed": stats.records_failed,
-            "records_retried": stats.records_retried,
-            "batches_sent": stats.batches_sent,
-            "requests_sent": stats.requests_sent,
-            "bytes_sent": stats.bytes_sent,
-            "batches_compressed_in_thread": stats.batches_compressed_in_thread,
-            "buffer_total_bytes": self._budget.total,
-            "buffer_available_bytes": self._budget.available,
-            "buffer_waiters": self._budget.waiter_count,
-            "batches_queued": self._acc.queued_batches(),
-            "batches_in_flight": sender.in_flight_batches if sender else 0,
-            "requests_in_flight": pool.in_flight_requests() if pool else 0,
-            "metadata_version": self._metadata.version,
+            "producer-metrics": self.metrics(),
+            "producer-topic-metrics": self._stats.topic_metrics(now_ms),
+            "producer-node-metrics": self._stats.node_metrics(now_ms),
+            "latency-histograms": self._stats.histograms(),
         }
 
     def _check_running(self) -> None:
