@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-under-load lint format docs kafka bench clean
+.PHONY: demo test test-unit test-under-load test-pythons lint format docs docs-check kafka bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ test-under-load: $(STAMP)
 
 ## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
-LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py
+LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
@@ -48,9 +48,21 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format $(LINTED)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 
+## test-pythons: the unit tests on every CPython >= 3.11 pyenv has, each in its own venv
+##               (.venv-py3.X); PYTHONS="/path/python ..." or SKIP_PYTHONS="3.11" to choose
+test-pythons:
+	.ci/test-pythons
+
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## docs-check: build the site, then render every page in headless Chromium (the system's
+##             /usr/bin/chromium: apt-get install -y chromium; none is downloaded) and fail on
+##             console errors, missing assets, requests leaving 127.0.0.1, unhighlighted code
+docs-check: docs
+	$(PY) docs/check_site.py --self-test
+	$(PY) docs/check_site.py site
 
 ## kafka: run a local single-node Apache Kafka until Ctrl-C
 kafka: $(STAMP)
@@ -68,4 +80,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         ProducerInterceptor,
         ProducerRecord,
         RecordMetadata,
+        SerializationContext,
         TopicPartition,
     )
 
@@ -75,6 +76,7 @@ _LAZY = {
     "ProducerOptions": "aiokprod.config",
     "ProducerRecord": "aiokprod.types",
     "RecordMetadata": "aiokprod.types",
+    "SerializationContext": "aiokprod.types",
     "RecordTooLargeError": "aiokprod.errors",
     "SaslAuthenticationError": "aiokprod.errors",
     "SerializationError": "aiokprod.errors",
@@ -108,6 +110,7 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "SaslAuthenticationError",
+    "SerializationContext",
     "SerializationError",
     "SslAuthenticationError",
     "TopicPartition",

@@ -109,7 +109,9 @@ class IdempotenceState:
         self.producer_epoch = producer_epoch
         self.producer_id_required = False
         self.epoch_bump_required = False
-        self._rewrite.clear()
+        # A new id may settle a bump the exhausted epoch could not: the partitions that
+        # asked for it are renumbered under the new id (their batches were not appended).
+        self._renumber_requested()
 
     def _state(self, tp: TopicPartition) -> PartitionSequences:
         state = self._partitions.get(tp)
@@ -318,6 +320,11 @@ class IdempotenceState:
             self.producer_id_required = True
             return False
         self.producer_epoch += 1
+        self._renumber_requested()
+        return True
+
+    def _renumber_requested(self) -> None:
+        """Renumber the partitions that asked for it from 0 under the current id and epoch."""
         for tp in sorted(self._rewrite):
             state = self._state(tp)
             state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
@@ -334,7 +341,6 @@ class IdempotenceState:
                 batch.not_appended = False
                 state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
         self._rewrite.clear()
-        return True
 
     def unacked(self, tp: TopicPartition) -> list[ProducerBatch]:
         """The partition's batches with a sequence and no outcome yet."""

@@ -1,6 +1,9 @@
 """pytest plugin: a real local Apache Kafka for integration tests.
 
-Enable it with ``pytest_plugins = ["aiokprod.testing.pytest_plugin"]`` in a ``conftest.py``.
+pytest loads it by itself wherever aiokprod is installed (a ``pytest11`` entry point named
+after this module, so a ``conftest.py`` that still lists it in ``pytest_plugins`` does not
+register it twice). Disable it with ``-p no:aiokprod.testing.pytest_plugin``; under
+``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` list it by hand (``-p aiokprod.testing.pytest_plugin``).
 
 Fixtures:
 

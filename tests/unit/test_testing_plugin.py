@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,3 +68,53 @@ def test_markers_follow_requested_fixtures(pytestconfig: pytest.Config) -> None:
 def test_this_module_needs_no_broker(request: pytest.FixtureRequest) -> None:
     assert request.node.get_closest_marker("broker") is None
     assert request.node.get_closest_marker("cluster") is None
+
+
+# --- the pytest11 entry point --------------------------------------------------------------
+
+_COUNT_PLUGIN = """
+from aiokprod.testing import pytest_plugin
+
+def test_plugin_registered_once(request):
+    plugins = request.config.pluginmanager.get_plugins()
+    assert sum(plugin is pytest_plugin for plugin in plugins) == 1
+"""
+
+
+def _run_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+    )
+
+
+def test_entry_point_names_the_plugin_module() -> None:
+    found = [ep for ep in entry_points(group="pytest11") if ep.value == pytest_plugin.__name__]
+    assert [ep.name for ep in found] == [pytest_plugin.__name__]
+
+
+def test_plugin_loads_without_being_listed(tmp_path: Path) -> None:
+    (tmp_path / "test_count.py").write_text(_COUNT_PLUGIN)
+    result = _run_pytest(tmp_path, "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixtures = _run_pytest(tmp_path, "--fixtures", "-q")
+    for name in ("kafka", "kafka_cluster", "kafka_secure", "new_topic", "new_cluster_topic"):
+        assert f"\n{name} [session scope]" in fixtures.stdout or f"\n{name} --" in fixtures.stdout
+
+
+def test_listing_the_plugin_by_hand_too_registers_it_once(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["aiokprod.testing.pytest_plugin"]\n')
+    (tmp_path / "test_count.py").write_text(_COUNT_PLUGIN)
+    result = _run_pytest(tmp_path, "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_plugin_can_be_disabled(tmp_path: Path) -> None:
+    (tmp_path / "test_count.py").write_text("def test_nothing():\n    pass\n")
+    result = _run_pytest(tmp_path, "--fixtures", "-q", "-p", f"no:{pytest_plugin.__name__}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "new_topic" not in result.stdout
