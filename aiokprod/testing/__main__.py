@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from types import FrameType
 
 from aiokprod.testing.cluster import DEFAULT_STARTUP_TIMEOUT, LocalKafka
-from aiokprod.testing.distribution import download_seconds, ensure_distribution, find_distribution
+from aiokprod.testing.distribution import (
+    download_seconds,
+    ensure_distribution,
+    ensure_tools_distribution,
+    find_distribution,
+)
 from aiokprod.testing.errors import LocalKafkaError
 
 EXIT_KAFKA_FAILED = 3
@@ -82,7 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    def add_version_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--kafka-version",
+            default=None,
+            metavar="VERSION",
+            help="Apache Kafka release, 3.6 to the newest 4.x "
+            "(default: $AIOKPROD_KAFKA_VERSION, else the project's default)",
+        )
+
     def add_cluster_options(sub: argparse.ArgumentParser) -> None:
+        add_version_option(sub)
         sub.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
         sub.add_argument(
             "--topic",
@@ -114,8 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd = commands.add_parser("exec", help="start Kafka, run a command against it, stop")
     add_cluster_options(run_cmd)
     run_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
-    commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    fetch = commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
+    add_version_option(fetch)
+    classpath = commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    add_version_option(classpath)
     return parser
 
 
@@ -132,6 +149,7 @@ def _start(args: argparse.Namespace) -> LocalKafka:
         raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
     kafka = LocalKafka(
         nodes=args.nodes,
+        version=args.kafka_version,
         broker_config=dict(args.broker_config),
         startup_timeout=args.startup_timeout,
     )
@@ -144,7 +162,10 @@ def _start(args: argparse.Namespace) -> LocalKafka:
     except BaseException:
         kafka.stop()
         raise
-    _info(f"Kafka ({args.nodes} node(s)) ready in {time.monotonic() - began:.1f} s")
+    _info(
+        f"Kafka {kafka.kafka_version} ({args.nodes} node(s)) ready in "
+        f"{time.monotonic() - began:.1f} s"
+    )
     return kafka
 
 
@@ -223,16 +244,19 @@ def _wait_child(child: subprocess.Popen[bytes]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _cmd_fetch() -> int:
-    already = find_distribution() is not None
+def _cmd_fetch(version: str | None) -> int:
+    already = find_distribution(version) is not None
     began = time.monotonic()
-    dist = ensure_distribution()
+    dist = ensure_distribution(version)
     if already:
         _info(f"Kafka {dist.version} jars already cached in {dist.lib_dir}")
     else:
         recorded = download_seconds(dist)
         took = recorded if recorded is not None else time.monotonic() - began
         _info(f"fetched Kafka {dist.version} jars into {dist.lib_dir} in {took:.1f} s")
+    tools = ensure_tools_distribution(dist)
+    if tools is not dist:
+        _info(f"Kafka {dist.version} has no kafka-tools; tools run from {tools.lib_dir}")
     print(dist.lib_dir, flush=True)
     return 0
 
@@ -254,8 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "exec":
             return _cmd_exec(args)
         if args.command == "fetch":
-            return _cmd_fetch()
-        print(ensure_distribution().classpath, flush=True)
+            return _cmd_fetch(args.kafka_version)
+        print(ensure_distribution(args.kafka_version).classpath, flush=True)
         return 0
     except LocalKafkaError as exc:
         _info(f"error: {exc}")
