@@ -33,6 +33,15 @@ def test_unavailable_kafka_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest_plugin.start_or_give_up(3)
 
 
+@pytest.mark.usefixtures("broken_start")
+def test_unavailable_release_fails_in_ci_naming_the_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"node of Apache Kafka 3\.9\.2: java is not"):
+        pytest_plugin.start_or_give_up(1, version="3.9.2")
+
+
 class _FakeItem:
     def __init__(self, *fixtures: str, version: Any = None) -> None:
         self.fixturenames = list(fixtures)
