@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-under-load test-pythons lint format docs docs-check kafka bench clean
+.PHONY: demo test test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 ## test: every test, unit and integration (starts local Kafka brokers itself)
 test: $(STAMP)
 	$(PY) -m pytest
+
+## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
+##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
+test-versions: $(STAMP)
+	$(PY) -m pytest tests/integration/test_broker_versions.py --kafka-versions=all
 
 ## test-unit: only the tests that need no broker
 test-unit: $(STAMP)
