@@ -25,14 +25,15 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import InvalidArgumentError
-from aiokprod.internals.batch import DeliveryFuture
-from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.producer import Producer
 from aiokprod.spark.options import unseal
 from aiokprod.spark.results import PartitionResult
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from aiokprod import DeliveryFuture
+    from aiokprod.internals.bulk import BulkDelivery  # what send_many returns
 
 __all__ = ["PartitionWriter"]
 

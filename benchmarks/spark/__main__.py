@@ -26,6 +26,7 @@ from benchmarks.spark.jars import SPARK_KAFKA_VERSION, ensure_jars
 WORKLOADS = {"100B": (1_000_000, 100), "1KiB": (500_000, 1024)}
 COMMON = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "batch.size": "16384"}
 SINKS = ("kafka", "aiokprod")
+BASELINE = "arrow-floor"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
@@ -45,10 +46,58 @@ def high_watermarks(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def _tree_cpu_seconds(root: int) -> float:
+    """User+system CPU seconds of ``root`` and every live descendant (from /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    total = 0.0
+    for pid, seconds in cpu.items():
+        p = pid
+        while p > 1:
+            if p == root:
+                total += seconds
+                break
+            p = parents.get(p, 0)
+    return total
+
+
+def cpu_snapshot(spark_pid: int, broker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of Spark (JVM, Python daemon and workers) and of the broker."""
+    return {
+        "spark": _tree_cpu_seconds(spark_pid),
+        "broker": _tree_cpu_seconds(broker_pid) if broker_pid else 0.0,
+    }
+
+
+def _count_batches(batches: Any) -> Any:
+    """The ``arrow-floor`` baseline: receive the Arrow batches in Python, count, send nothing."""
+    import pyarrow as pa
+
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
+
+
 def write(spark: Any, sink: str, bootstrap: str, topic: str, rows: int, size: int) -> float:
     df = spark.range(rows, numPartitions=8).selectExpr(
         f"cast(lpad(cast(id AS string), {size}, 'x') AS binary) AS value"
     )
+    if sink == "arrow-floor":  # what any Python sink pays before producing anything
+        started = time.perf_counter()
+        df.mapInArrow(_count_batches, "rows long").collect()
+        return time.perf_counter() - started
     writer = df.write.format(sink).option("kafka.bootstrap.servers", bootstrap)
     writer = writer.option("topic", topic)
     for name, value in COMMON.items():
@@ -77,8 +126,8 @@ def streaming(spark: Any, bootstrap: str, topic: str, rate: int, seconds: float)
         time.sleep(seconds)
         progress = list(query.recentProgress)
         query.stop()
-    # skip the first batches (worker start-up, the rate source's ramp)
-    steady = [p for p in progress if p["numInputRows"]][3:]
+    # skip the first batch (Python worker start-up)
+    steady = [p for p in progress if p["numInputRows"]][1:]
     rows = sum(p["numInputRows"] for p in steady)
     busy_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in steady)
     return {
@@ -90,7 +139,8 @@ def streaming(spark: Any, bootstrap: str, topic: str, rate: int, seconds: float)
         "max_batch_ms": max(
             (p["durationMs"].get("triggerExecution", 0) for p in steady), default=0
         ),
-        "written": high_watermarks(bootstrap, topic),
+        "written": (written := high_watermarks(bootstrap, topic)),
+        "written_per_s_wall": written / seconds,
     }
 
 
@@ -102,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streaming-rate", type=int, default=0, help="rows/s; 0: skip")
     parser.add_argument("--streaming-seconds", type=float, default=30.0)
     parser.add_argument("--name", default="latest", help="results/spark-<name>.json")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run arrow-floor: Spark hands the Arrow batches to Python, nothing is sent",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -126,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         spark.sparkContext.setLogLevel("ERROR")
         aiokprod.spark.register(spark)
+        spark_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        broker_pid = kafka.node(next(iter(kafka.nodes))).pid
         try:
             for sink in SINKS:  # warm-up: JIT, Python workers, producer pools
                 topic = f"warmup-{sink}-{uuid.uuid4().hex[:6]}"
@@ -134,14 +191,17 @@ def main(argv: list[str] | None = None) -> int:
             for workload in args.workloads.split(","):
                 rows, size = WORKLOADS[workload]
                 rows = int(rows * args.scale)
+                sinks = (*SINKS, BASELINE) if args.baseline else SINKS
                 for rep in range(args.reps):
-                    order = SINKS if rep % 2 == 0 else SINKS[::-1]
+                    order = sinks if rep % 2 == 0 else sinks[::-1]
                     for sink in order:
                         topic = f"bench-{workload}-{sink}-{rep}-{uuid.uuid4().hex[:6]}"
                         kafka.create_topic(topic, 6)
                         load_before = os.getloadavg()[0]
+                        cpu_before = cpu_snapshot(spark_pid, broker_pid)
                         seconds = write(spark, sink, bootstrap, topic, rows, size)
-                        count = high_watermarks(bootstrap, topic)
+                        cpu_after = cpu_snapshot(spark_pid, broker_pid)
+                        count = rows if sink == BASELINE else high_watermarks(bootstrap, topic)
                         run = {
                             "workload": workload,
                             "sink": sink,
@@ -152,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
                             "counted": count,
                             "load1_before": load_before,
                             "load1_after": os.getloadavg()[0],
+                            # CPU seconds per million rows: comparable on a busy machine
+                            "cpu_s_per_m_spark": round(
+                                (cpu_after["spark"] - cpu_before["spark"]) * 1e6 / rows, 2
+                            ),
+                            "cpu_s_per_m_broker": round(
+                                (cpu_after["broker"] - cpu_before["broker"]) * 1e6 / rows, 2
+                            ),
                         }
                         runs.append(run)
                         print(json.dumps(run), flush=True)
@@ -190,27 +257,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarize(runs: list[dict[str, Any]]) -> str:
     lines = [
-        "| workload | sink | runs | min rec/s | median rec/s | max rec/s | median ratio |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| workload | sink | runs | min rec/s | median rec/s | max rec/s | median ratio "
+        "| CPU s/1M rows: Spark+Python (median) | broker (median) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for workload in dict.fromkeys(r["workload"] for r in runs):
         medians: dict[str, float] = {}
-        for sink in SINKS:
+        for sink in (*SINKS, BASELINE):
             rates = [
                 r["rows_per_s"] for r in runs if r["workload"] == workload and r["sink"] == sink
             ]
             if rates:
                 medians[sink] = statistics.median(rates)
-        for sink in SINKS:
+        for sink in (*SINKS, BASELINE):
             rates = [
                 r["rows_per_s"] for r in runs if r["workload"] == workload and r["sink"] == sink
             ]
             if not rates:
                 continue
             ratio = medians[sink] / medians["kafka"] if "kafka" in medians else float("nan")
+            mine = [r for r in runs if r["workload"] == workload and r["sink"] == sink]
+            cpu_spark = statistics.median(r["cpu_s_per_m_spark"] for r in mine)
+            cpu_broker = statistics.median(r["cpu_s_per_m_broker"] for r in mine)
             lines.append(
                 f"| {workload} | {sink} | {len(rates)} | {min(rates):,} | "
-                f"{statistics.median(rates):,.0f} | {max(rates):,} | {ratio:.2f}x |"
+                f"{statistics.median(rates):,.0f} | {max(rates):,} | {ratio:.2f}x | "
+                f"{cpu_spark:.1f} | {cpu_broker:.1f} |"
             )
     return "\n".join(lines)
 
