@@ -14,8 +14,31 @@ import sys
 import tempfile
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 import aiokprod.spark
+
+
+def start(
+    spark: SparkSession, bootstrap_servers: str, topic: str, checkpoint: str
+) -> StreamingQuery:
+    """Start streaming the rate source into ``topic`` (1,000 rows/s, a micro-batch a second)."""
+    aiokprod.spark.register(spark)  # once per session: format("aiokprod")
+    return (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1000)
+        .load()
+        .selectExpr(
+            "cast(value % 100 AS string) AS key",
+            "to_json(named_struct('n', value, 'at', timestamp)) AS value",
+        )
+        .writeStream.format("aiokprod")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", topic)
+        .option("checkpointLocation", checkpoint)  # required: where progress is kept
+        .trigger(processingTime="1 second")
+        .start()
+    )
 
 
 def main() -> int:
@@ -29,24 +52,9 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .getOrCreate()
     )
-    aiokprod.spark.register(spark)
     checkpoint = os.environ.get("CHECKPOINT") or tempfile.mkdtemp(prefix="aiokprod-ckpt-")
     try:
-        query = (
-            spark.readStream.format("rate")
-            .option("rowsPerSecond", 1000)
-            .load()
-            .selectExpr(
-                "cast(value % 100 AS string) AS key",
-                "to_json(named_struct('n', value, 'at', timestamp)) AS value",
-            )
-            .writeStream.format("aiokprod")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("topic", topic)
-            .option("checkpointLocation", checkpoint)  # required: where progress is kept
-            .trigger(processingTime="1 second")
-            .start()
-        )
+        query = start(spark, bootstrap, topic, checkpoint)
         query.awaitTermination(seconds)
         query.stop()
         rows = sum(p["numInputRows"] for p in query.recentProgress)

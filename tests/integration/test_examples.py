@@ -1,7 +1,7 @@
 """The examples run against the local broker: aiohttp app, asyncio script, sync script.
 
-(The FastAPI example has its own file, test_fastapi_example.py; the PySpark example runs in
-test_spark_sink.py on that file's Spark session.)
+(The FastAPI example has its own file, test_fastapi_example.py; the PySpark examples run in
+test_spark_sink.py and test_spark_streaming.py on those files' Spark sessions.)
 """
 
 from __future__ import annotations

@@ -121,3 +121,23 @@ def test_a_query_survives_a_broker_restart(
     values = read_values(broker.bootstrap_servers, topic, before + 150)
     assert set(values) == set(range(max(values) + 1))  # nothing lost across the restart
     assert max(values) + 1 >= before + 150
+
+
+def test_the_streaming_example(spark: SparkSession, broker: LocalKafka, tmp_path: Path) -> None:
+    topic = "stream-example"
+    broker.create_topic(topic, 2)
+    path = Path(__file__).resolve().parents[2] / "examples" / "spark_streaming.py"
+    spec = importlib.util.spec_from_file_location("spark_streaming", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    query = example.start(spark, broker.bootstrap_servers, topic, str(tmp_path))
+    try:
+        wait_for(lambda: committed_rows(query) >= 100, 120, "100 rows")
+    finally:
+        query.stop()
+    rows = committed_rows(query)
+    records = consume_all(broker.bootstrap_servers, topic, expected=rows, timeout_s=30)
+    assert len(records) >= rows  # what the query committed is in Kafka (at-least-once)
+    assert all(r.key is not None and b'"n":' in r.value for r in records)
