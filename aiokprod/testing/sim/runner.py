@@ -1,0 +1,355 @@
+"""One seeded simulation run of the real Producer, and many of them.
+
+``run_seed(seed)`` draws a workload and a fault schedule from ``random.Random(seed)``, builds
+the simulated world, runs the workload on virtual time against :class:`aiokprod.Producer`
+(with the simulated transport, the loop's clock and a seeded ``rng``), then checks the
+invariants of :mod:`.invariants`. The same seed replays the same run: same event trace, same
+digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokprod.clock import LoopClock
+from aiokprod.errors import (
+    BufferExhaustedError,
+    KafkaTimeoutError,
+    MetadataTimeoutError,
+    ProducerClosedError,
+)
+from aiokprod.internals.batch import DeliveryFuture
+from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.producer import Producer
+from aiokprod.testing.sim.faults import draw_schedule
+from aiokprod.testing.sim.invariants import check_run
+from aiokprod.testing.sim.loop import SimulationError
+from aiokprod.testing.sim.workload import Op, Recorder, Sent, Workload, draw_workload
+from aiokprod.testing.sim.world import SimWorld, Topology
+
+#: Record timestamps: a fixed epoch plus virtual time (wall time would break replays).
+TIMESTAMP_BASE_MS = 1_750_000_000_000
+#: Fixed part of the lateness allowed past delivery_timeout_ms (plus 4 starvation jumps).
+SLACK_MS = 500
+
+
+@dataclass(slots=True)
+class RunResult:
+    """What one seed did."""
+
+    seed: int
+    problems: list[str]
+    digest: str
+    records: int = 0
+    acked: int = 0
+    virtual_ms: int = 0
+    faults: str = ""
+    workload: str = ""
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No invariant was violated."""
+        return not self.problems
+
+    def replay_command(self) -> str:
+        """The one-line command that replays this run."""
+        return f"python -m aiokprod.testing.sim --seed {self.seed} --verbose"
+
+
+def run_seed(seed: int, *, keep_trace: bool = False) -> RunResult:
+    """Run the simulation for ``seed`` and check its invariants."""
+    rng = random.Random(seed)
+    workload = draw_workload(random.Random(rng.getrandbits(64)))
+    schedule = draw_schedule(
+        random.Random(rng.getrandbits(64)), workload.horizon_ms(), workload.nodes
+    )
+    world = SimWorld(
+        random.Random(rng.getrandbits(64)), Topology(workload.nodes, workload.topics), schedule
+    )
+    producer_rng = random.Random(rng.getrandbits(64))
+    recorder = Recorder(world.now_ms)
+    loop = world.loop
+    loop.set_exception_handler(
+        lambda _loop, context: recorder.problems.append(
+            f"unhandled in the event loop: {context.get('message')} {context.get('exception')!r}"
+        )
+    )
+    metrics: dict[str, Any] = {}
+    execution = _Execution(world, workload, recorder, producer_rng, seed, metrics)
+    with _quiet_logs(recorder.problems):
+        try:
+            loop.run_until_complete(execution.run())
+        except SimulationError as exc:
+            recorder.problems.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            _shutdown(loop)
+    problems = list(recorder.problems)
+    if metrics:
+        problems = check_run(
+            workload,
+            world.cluster,
+            recorder,
+            slack_ms=SLACK_MS + 4 * world.max_jump_ms,
+            buffer_total=int(metrics["buffer_total_bytes"]),
+            buffer_available=int(metrics["buffer_available_bytes"]),
+            buffer_waiters=int(metrics["buffer_waiters"]),
+            faulty=bool(schedule.windows or schedule.events),
+        )
+    return RunResult(
+        seed,
+        problems,
+        world.digest(),
+        records=len(recorder.records),
+        acked=sum(1 for r in recorder.records if r.outcome == "acked"),
+        virtual_ms=world.now_ms(),
+        faults=schedule.describe(),
+        workload=workload.describe(),
+        trace=world.trace_lines if keep_trace else [],
+    )
+
+
+class _Execution:
+    def __init__(
+        self,
+        world: SimWorld,
+        workload: Workload,
+        recorder: Recorder,
+        producer_rng: random.Random,
+        seed: int,
+        metrics: dict[str, Any],
+    ) -> None:
+        self.world = world
+        self.workload = workload
+        self.rec = recorder
+        self.rng = producer_rng
+        self.seed = seed
+        self.metrics = metrics
+        self.tasks: list[asyncio.Task[None]] = []
+        self.closing = False
+        self.producer: Producer | None = None
+
+    async def run(self) -> None:
+        world = self.world
+        producer = Producer(
+            world.cluster.bootstrap(),
+            transport=world.transport(),
+            clock=LoopClock(world.loop),
+            rng=self.rng,
+            client_id="sim",
+            **self.workload.options,
+        )
+        self.producer = producer
+        await producer.start()
+        for op in self.workload.ops:
+            world.trace(f"op {op.kind} {op.topic} n={op.count} ms={op.ms}")
+            if op.kind == "sleep":
+                await asyncio.sleep(op.ms / 1000)
+            elif op.kind == "send":
+                await self.send(op, "send")
+            elif op.kind == "send_many":
+                await self.send_many(op)
+            elif op.kind == "send_and_wait":
+                self.spawn(self.send_and_wait(op), cancel_after_ms=op.ms)
+            elif op.kind == "flush":
+                await self.flush(op)
+        for _ in range(self.workload.racing_sends):
+            self.spawn(self.send(Op("send", self.workload.ops[0].topic or "t0"), "racing"))
+        self.closing = True
+        world.trace("close")
+        try:
+            await producer.close(self.workload.close_timeout_s)
+        except BaseException as exc:
+            self.rec.problems.append(f"close() raised {exc!r}")
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.metrics.update(producer.metrics())
+
+    def spawn(self, coro: Any, cancel_after_ms: int = -1) -> None:
+        task = self.world.loop.create_task(coro)
+        self.tasks.append(task)
+        if cancel_after_ms >= 0:
+            self.world.loop.call_later(cancel_after_ms / 1000, task.cancel)
+
+    def timestamp(self) -> int:
+        return TIMESTAMP_BASE_MS + self.world.now_ms()
+
+    def expected(self, exc: BaseException) -> bool:
+        if isinstance(exc, KafkaTimeoutError):
+            return True  # max_block_ms passed (metadata or buffer memory)
+        return isinstance(exc, ProducerClosedError) and self.closing
+
+    async def send(self, op: Op, how: str) -> None:
+        assert self.producer is not None
+        records = self.rec.new_records(op, how, self.seed)
+        sent = records[0]
+        try:
+            future = await self.producer.send(
+                op.topic,
+                sent.value,
+                key=sent.key,
+                timestamp_ms=self.timestamp(),
+                headers=list(sent.headers) or None,
+            )
+        except BaseException as exc:
+            # send() queues nothing when it raises, even when cancelled (its contract).
+            self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=False)
+            return
+        self.rec.returned(records)
+        future.add_done_callback(self._resolver(sent))
+
+    def _resolver(self, sent: Sent) -> Callable[[DeliveryFuture], None]:
+        def resolve(future: DeliveryFuture) -> None:
+            error = future.exception()
+            self.rec.resolved(sent, None if error else future.result(), error)
+
+        return resolve
+
+    async def send_many(self, op: Op) -> None:
+        assert self.producer is not None
+        records = self.rec.new_records(op, "send_many", self.seed)
+        keys = [r.key for r in records] if op.keyed else None
+        try:
+            bulk = await self.producer.send_many(
+                op.topic,
+                [r.value for r in records],
+                keys=keys,
+                timestamp_ms=self.timestamp(),
+                headers=list(records[0].headers) or None,
+            )
+        except BaseException as exc:
+            # The records before the failing one may be queued (send_many's contract).
+            self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=True)
+            return
+        if op.headers:
+            for r in records:
+                r.headers = records[0].headers
+        self.rec.returned(records)
+        self.spawn(self.watch_bulk(bulk, records))
+
+    async def watch_bulk(self, bulk: BulkDelivery, records: list[Sent]) -> None:
+        await bulk.wait()
+        errors = dict(bulk.errors())
+        metadata = bulk.metadata() if not errors else None
+        for i, sent in enumerate(records):
+            if i in errors:
+                self.rec.resolved(sent, None, errors[i])
+            else:
+                self.rec.resolved(sent, metadata[i] if metadata else None, None)
+
+    async def send_and_wait(self, op: Op) -> None:
+        assert self.producer is not None
+        records = self.rec.new_records(op, "send_and_wait", self.seed)
+        sent = records[0]
+        try:
+            meta = await self.producer.send_and_wait(
+                op.topic,
+                sent.value,
+                key=sent.key,
+                timestamp_ms=self.timestamp(),
+                headers=list(sent.headers) or None,
+            )
+        except asyncio.CancelledError as exc:
+            self.rec.rejected(records, exc, expected=True, maybe_queued=True)
+            return
+        except (MetadataTimeoutError, BufferExhaustedError, ProducerClosedError) as exc:
+            # Maybe from send() (not queued), maybe from the delivery (close() gave up).
+            self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=True)
+            return
+        except BaseException as exc:
+            self.rec.returned(records)
+            self.rec.resolved(sent, None, exc)
+            return
+        self.rec.returned(records)
+        self.rec.resolved(sent, meta, None)
+
+    async def flush(self, op: Op) -> None:
+        assert self.producer is not None
+        call_tick = self.rec.next_tick()
+        try:
+            await self.producer.flush(None if op.ms < 0 else op.ms / 1000)
+        except KafkaTimeoutError:
+            if op.ms < 0:
+                self.rec.problems.append("flush() without a timeout raised a timeout")
+            return
+        except BaseException as exc:
+            self.rec.problems.append(f"flush() raised {exc!r}")
+            return
+        for sent in self.rec.records:
+            if 0 <= sent.ret_tick < call_tick and sent.how == "send" and sent.resolved_ms < 0:
+                self.rec.problems.append(
+                    f"flush() returned before record {sent.value.decode()} resolved"
+                )
+                return
+
+
+def _shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        with contextlib.suppress(SimulationError):
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.close()
+
+
+class _CrashLog(logging.Handler):
+    """Keeps the producer's error-level log lines (a crash is logged there)."""
+
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(f"the producer logged an error: {record.getMessage()}")
+
+
+class _quiet_logs:
+    """Producer logs stay out of the output (the trace tells the story); errors are kept."""
+
+    def __init__(self, sink: list[str]) -> None:
+        self._handler = _CrashLog(sink)
+        self._logger = logging.getLogger("aiokprod")
+
+    def __enter__(self) -> None:
+        self._propagate = self._logger.propagate
+        self._level = self._logger.level
+        self._logger.propagate = False
+        self._logger.setLevel(logging.ERROR)
+        self._logger.addHandler(self._handler)
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self._handler)
+        self._logger.propagate = self._propagate
+        self._logger.setLevel(self._level)
+
+
+def run_many(
+    seeds: Iterable[int],
+    *,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Run every seed; returns the failing ones (``on_result`` sees each result)."""
+    failures = []
+    for seed in seeds:
+        result = run_seed(seed)
+        if on_result is not None:
+            on_result(result)
+        if not result.ok:
+            failures.append(result)
+    return failures
+
+
+def format_failure(result: RunResult) -> str:
+    """The report for a failing seed: the seed, its problems, and the replay command."""
+    lines = [f"SEED {result.seed} FAILED ({len(result.problems)} problem(s)):"]
+    lines += [f"  - {p}" for p in result.problems[:10]]
+    if len(result.problems) > 10:
+        lines.append(f"  ... and {len(result.problems) - 10} more")
+    lines.append(f"  replay: {result.replay_command()}")
+    return "\n".join(lines)
