@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
+import random
 from array import array
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from aiokprod import __version__
+from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
     IllegalStateError,
@@ -38,7 +39,6 @@ from aiokprod.errors import (
     RecordTooLargeError,
 )
 from aiokprod.internals.accumulator import RecordAccumulator
-from aiokprod.internals.backoff import monotonic_ms
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery
@@ -53,6 +53,7 @@ from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
 from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
+from aiokprod.net.transport import Transport
 from aiokprod.protocol.compression import codec_for_name
 from aiokprod.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -65,6 +66,14 @@ log = get_logger("aiokprod.producer")
 
 #: A batch header plus a record's framing bytes at their largest (key, value, headers aside).
 _BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
+#: Record timestamps are int64 milliseconds on the wire.
+MAX_TIMESTAMP_MS = 2**63 - 1
+
+
+def _bad_timestamp(timestamp_ms: object) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"timestamp_ms must be an int from 0 to {MAX_TIMESTAMP_MS}, got {timestamp_ms!r}"
+    )
 
 
 def _no_wakeup() -> None:
@@ -104,6 +113,9 @@ class Producer:
         bootstrap_servers: str | Sequence[str] | None = None,
         *,
         config: ProducerConfig | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
         **options: Any,
     ) -> None:
         if config is not None:
@@ -113,6 +125,12 @@ class Producer:
         else:
             self._config = ProducerConfig.from_options(bootstrap_servers, **options)
         cfg = self._config
+        # The seams (docs/simulation.md): how connections are opened, what time it is, and
+        # where randomness comes from. Production: TCP, time.monotonic, a fresh Random.
+        self._transport = transport
+        self._clock: Clock = clock or SYSTEM_CLOCK
+        self._rng = rng or random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._state = _State.NEW
         self._stats = ProducerStats()
         self._budget = ByteBudget(cfg.buffer_memory)
@@ -135,7 +153,7 @@ class Producer:
             cfg.retry_backoff_max_ms,
         )
         self._partitions = PartitionChooser(
-            cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys
+            cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng=self._rng
         )
         # Keyed records with a built-in partitioner skip the chooser (the per-record path).
         self._hash_keys = (
@@ -189,6 +207,7 @@ class Producer:
         if self._state is not _State.NEW:
             raise IllegalStateError(f"start() on a producer that is {self._state.value}")
         loop = asyncio.get_running_loop()
+        self._loop = loop
         ready: asyncio.Future[None] = loop.create_future()
         self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
         await ready
@@ -227,6 +246,9 @@ class Producer:
                     on_disconnect=on_disconnect,
                     ssl_context=ssl_context,
                     authenticate=authenticate,
+                    transport=self._transport,
+                    clock=self._clock,
+                    rng=self._rng,
                 )
                 self._fetcher = MetadataFetcher(
                     self._metadata,
@@ -235,6 +257,7 @@ class Producer:
                     request_timeout_ms=cfg.request_timeout_ms,
                     allow_auto_create_topics=cfg.allow_auto_create_topics,
                     on_update=wake,
+                    clock=self._clock,
                 )
                 self._sender = Sender(
                     cfg,
@@ -245,6 +268,7 @@ class Producer:
                     self._idempotence,
                     spawn,
                     self._stats,
+                    clock=self._clock,
                 )
                 tg.start_soon(self._sender.run)
                 ready.set_result(None)
@@ -260,6 +284,8 @@ class Producer:
             self._on_crash(exc)
 
     def _on_crash(self, exc: BaseException) -> None:
+        if self._crash is not None:
+            return  # already crashed (a sender pass in a caller's task, then the runner)
         error = ProducerCrashedError(f"the producer's background task stopped: {exc!r}")
         error.__cause__ = exc
         self._crash = error
@@ -296,10 +322,12 @@ class Producer:
             self._state = _State.CLOSED
             return
         if self._state is _State.CLOSING:
+            # Another close() is under way (or was cancelled half-way): finish it here.
             runner = self._runner
             if runner is not None:
                 with anyio.CancelScope(shield=True):
                     await asyncio.wait([runner])
+            self._state = _State.CLOSED
             return
         crashed = self._state is _State.CRASHED
         if not crashed:
@@ -373,6 +401,8 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
+        if asyncio.get_running_loop() is not self._loop:
+            raise self._wrong_loop()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
                 ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
@@ -382,9 +412,9 @@ class Producer:
         ):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
         info = self._metadata.snapshot.topics.get(topic)
-        started = 0.0
+        started = -1
         if info is None or (partition is not None and partition >= info.num_partitions):
-            started = time.monotonic()
+            started = self._clock.monotonic_ms()
             info = await self._wait_for_topic(topic, partition)
         # The common types are handled inline: this runs once per record.
         if self._key_serializer is not None:
@@ -407,8 +437,8 @@ class Producer:
             raise self._too_large(size)
         if timestamp_ms is None:
             timestamp_ms = int(_time() * 1000)
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
-            raise InvalidArgumentError(f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}")
+        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            raise _bad_timestamp(timestamp_ms)
         num_partitions = len(info.partitions)
         sticky = None
         if partition is None:
@@ -475,7 +505,9 @@ class Producer:
             A :class:`BulkDelivery`; ``await`` it for every record's metadata.
 
         Raises:
-            ValueError: ``keys`` and ``values`` have different lengths (nothing is queued).
+            InvalidArgumentError: ``values`` (or ``keys``) is not an iterable, ``keys`` and
+                ``values`` have different lengths, or a timestamp or partition is out of
+                range (nothing is queued).
             KafkaError: as :meth:`send`. Keyed records are all serialized and checked before
                 any is queued; unkeyed records are checked one by one, so those before the
                 failing one are queued.
@@ -487,22 +519,38 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
+        if asyncio.get_running_loop() is not self._loop:
+            raise self._wrong_loop()
+        if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
+            raise InvalidArgumentError(
+                f"values must be an iterable of record values, got {type(values).__name__}"
+            )
+        if keys is not None and (
+            isinstance(keys, (str, bytes, bytearray)) or not isinstance(keys, Iterable)
+        ):
+            raise InvalidArgumentError(
+                f"keys must be an iterable of record keys or None, got {type(keys).__name__}"
+            )
+        if keys is not None:
+            keys, values = list(keys), list(values)
+            if len(keys) != len(values):
+                raise InvalidArgumentError(
+                    f"send_many: {len(keys)} keys for {len(values)} values (nothing queued)"
+                )
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
         if not self._interceptors:
             info = self._metadata.snapshot.topics.get(topic)
-            started = 0.0
+            started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):
-                started = time.monotonic()
+                started = self._clock.monotonic_ms()
                 info = await self._wait_for_topic(topic, partition)
             header_bytes = serialize_headers(headers) if headers else None
             if timestamp_ms is None:
                 timestamp_ms = int(_time() * 1000)
-            elif type(timestamp_ms) is not int or timestamp_ms < 0:
-                raise InvalidArgumentError(
-                    f"timestamp_ms must be an int >= 0, got {timestamp_ms!r}"
-                )
+            elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+                raise _bad_timestamp(timestamp_ms)
             num_partitions = len(info.partitions)
             tps = self._tps.get(topic)
             if tps is None or len(tps) != num_partitions:
@@ -555,7 +603,7 @@ class Producer:
         header_bytes: bytes | None,
         info: TopicInfo,
         tps: tuple[TopicPartition, ...],
-        started: float,
+        started: int,
     ) -> None:
         """``send_many`` for unkeyed records going to one partition at a time.
 
@@ -643,7 +691,7 @@ class Producer:
         timestamp_ms: int,
         info: TopicInfo,
         tps: tuple[TopicPartition, ...],
-        started: float,
+        started: int,
     ) -> bool:
         """``send_many`` for keyed records, grouped by partition; False if it does not apply.
 
@@ -655,7 +703,7 @@ class Producer:
         key_list = list(keys)
         value_list = list(values)
         if len(key_list) != len(value_list):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
             )
         key_serializer = self._key_serializer
@@ -760,7 +808,7 @@ class Producer:
         key: bytes | None,
         value: bytes | None,
         headers: bytes | None,
-        started: float,
+        started: int,
     ) -> tuple[Any, int]:
         # A checkpoint once per batch (not per record) while other batches wait: lets the
         # sender run between the batches of a tight send loop. Nothing is queued yet, so
@@ -778,14 +826,15 @@ class Producer:
             return appended
         need = acc.new_batch_size(key, value, headers)
         if not self._budget.try_reserve(need):
-            spent = time.monotonic() - started if started else 0.0
+            spent = (self._clock.monotonic_ms() - started) / 1000 if started >= 0 else 0.0
             if self._sender is not None:
                 self._sender.wakeup()  # memory is short: drain everything now
             await self._budget.reserve(need, max(self._max_block_s - spent, 0.0))
             if not self._running():
                 self._budget.release(need)
                 raise self._not_running()
-        return acc.append_new_batch(tp, timestamp_ms, key, value, headers, monotonic_ms(), need)
+        now_ms = self._clock.monotonic_ms()
+        return acc.append_new_batch(tp, timestamp_ms, key, value, headers, now_ms, need)
 
     def _on_send(
         self, record: ProducerRecord
@@ -835,7 +884,14 @@ class Producer:
             # Run a sender pass right here instead of waking the sender task and waiting
             # for it to be scheduled: the request is written one event-loop turn sooner.
             # run_once is synchronous, so it cannot interleave with the sender task's pass.
-            sender.run_once(monotonic_ms())
+            try:
+                sender.run_once(self._clock.monotonic_ms())
+            except Exception as exc:
+                # A bug in a pass is a crash of the producer, whichever task ran the pass.
+                self._on_crash(exc)
+                if self._runner is not None:
+                    self._runner.cancel()
+                raise self._not_running() from exc
             sender.wakeup()  # let the sender task recompute its next deadline
         return await delivery
 
@@ -910,6 +966,12 @@ class Producer:
             "requests_in_flight": pool.in_flight_requests() if pool else 0,
             "metadata_version": self._metadata.version,
         }
+
+    def _wrong_loop(self) -> KafkaError:
+        return IllegalStateError(
+            "this producer belongs to the event loop it was started on; it was called from "
+            "another loop (another thread?): use one producer per loop, or aiokprod.sync"
+        )
 
     def _running(self) -> bool:
         # A method, not an inline comparison: the state changes across awaits.

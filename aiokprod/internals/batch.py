@@ -234,8 +234,9 @@ class ProducerBatch:
     """Records for one partition, sent together in one Produce request.
 
     A batch is open (``builder`` set) until it is drained; then ``closed`` holds its bytes.
-    Idempotence fields are assigned at the first drain and kept across plain retries; an
-    epoch bump renumbers them (``restamp``).
+    Idempotence fields are assigned at the first drain and kept across retries; only an
+    epoch bump for a partition whose batches provably were not appended renumbers them
+    (``sequence_reset`` is then set).
     """
 
     __slots__ = (
@@ -256,6 +257,7 @@ class ProducerBatch:
         "reserved_bytes",
         "result",
         "retry_at_ms",
+        "sequence_reset",
         "tp",
     )
 
@@ -286,6 +288,8 @@ class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
+        #: Renumbered under a new epoch after a sequence gap (Java: "reopened").
+        self.sequence_reset = False
         #: Per-record handles, kept only when interceptors need them at completion.
         self.handles: list[DeliveryFuture] | None = [] if keep_handles else None
 

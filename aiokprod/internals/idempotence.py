@@ -1,25 +1,39 @@
 """Idempotent producer state: the producer id and epoch, and per-partition sequences.
 
-The broker accepts a batch only if its base sequence follows the last one it stored for this
-(producer id, epoch, partition), and answers a resent batch it already has with success and
-the original offset. So retries can never duplicate or reorder records, provided that:
+The broker keeps, per partition and producer id, the epoch and the last five batches it
+appended. It appends a batch only if its first sequence follows the last one (or is 0 under
+a newer epoch), and answers a resent batch it already has with success and the original
+offset. So retries never duplicate or reorder records, provided that the client:
 
-- sequences are assigned when a batch is first drained, in queue order, and kept across
-  plain retries (the bytes are resent as they are);
-- a retried batch is sent only when it is the lowest unacknowledged sequence of its
-  partition (:meth:`IdempotenceState.can_drain`), so retries reach the broker in order;
-- when a sequence is lost for good (a batch failed after it may have been sent), the
-  producer bumps its epoch (KIP-360): the broker then expects sequence 0 again, and every
-  partition restarts its sequences once its old-epoch batches are done.
+- assigns sequences when a batch is first drained, in queue order, and keeps a batch's
+  (producer id, epoch, sequence) across retries: an earlier attempt may have been written,
+  and only the same stamp lets the broker recognise it;
+- sends a retried batch only when it is its partition's lowest unacknowledged sequence, so
+  that retries reach the broker in order;
+- moves a partition to a new epoch (sequences from 0) only when none of its batches is in
+  flight under the old one, and rewrites batches under a new epoch only when the broker
+  provably did not append them.
 
-The rules follow the Java client's TransactionManager for an idempotent, non-transactional
-producer; this module is synchronous and does no I/O.
+When the outcome of a sent batch is unknown (it expired after being sent), the partition is
+*unresolved*: nothing new is drained until every batch in flight has an outcome; then either
+the last acknowledged sequence shows the batch was written, or the epoch is bumped (KIP-360).
+
+This follows the Java client's ``TransactionManager`` for an idempotent, non-transactional
+producer (``canRetry``, ``handleFailedBatch``, ``maybeResolveSequences``,
+``bumpIdempotentProducerEpoch``). It is synchronous and does no I/O.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
+from aiokprod.errors import (
+    BrokerError,
+    DuplicateSequenceNumberError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.types import TopicPartition
 
@@ -34,17 +48,33 @@ def increment_sequence(sequence: int, count: int) -> int:
     return sequence + count
 
 
+class Verdict(enum.Enum):
+    """What to do with a batch after an error response (see :meth:`IdempotenceState.on_error`)."""
+
+    #: Resend it as it is (same stamp), after the usual checks (delivery timeout, retries).
+    RETRY = "retry"
+    #: The broker already has it (DUPLICATE_SEQUENCE_NUMBER): a success with no offset.
+    DUPLICATE = "duplicate"
+    #: Not retriable: fail it.
+    FAIL = "fail"
+
+
 @dataclass(slots=True)
 class PartitionSequences:
-    """Sequence bookkeeping of one partition."""
+    """Sequence bookkeeping of one partition (Java's ``TxnPartitionEntry``)."""
 
     #: The (producer id, epoch) under which ``next_sequence`` counts.
     producer_id: int = -1
     producer_epoch: int = -1
     next_sequence: int = 0
     last_acked_sequence: int = -1
-    #: Batches with a sequence that are not completed yet, in sequence order.
-    unacked: list[ProducerBatch] = field(default_factory=list)
+    #: Batches with a sequence and no outcome yet (sent, or queued for a retry), in sequence
+    #: order. Java: ``inflightBatchesBySequence``.
+    in_flight: list[ProducerBatch] = field(default_factory=list)
+    #: Set when a batch that had been sent expired: its outcome is unknown.
+    unresolved: bool = False
+    #: The sequence that follows the unresolved batch.
+    unresolved_next_sequence: int = -1
 
 
 class IdempotenceState:
@@ -54,10 +84,13 @@ class IdempotenceState:
         self.producer_id = -1
         self.producer_epoch = -1
         self._partitions: dict[TopicPartition, PartitionSequences] = {}
-        #: Set when a sequence was lost; the sender then bumps the epoch.
+        #: Set when a partition lost a sequence for good; the sender then bumps the epoch.
         self.epoch_bump_required = False
-        #: Set when the id must be fetched again (none yet, or the epoch wrapped).
+        #: Set when the id must be fetched again (none yet, or the epoch is exhausted).
         self.producer_id_required = True
+        #: Partitions that asked for the next bump: their unacknowledged batches get new
+        #: sequences then (Java: ``partitionsToRewriteSequences``).
+        self._rewrite: set[TopicPartition] = set()
 
     @property
     def has_producer_id(self) -> bool:
@@ -70,6 +103,7 @@ class IdempotenceState:
         self.producer_epoch = producer_epoch
         self.producer_id_required = False
         self.epoch_bump_required = False
+        self._rewrite.clear()
 
     def _state(self, tp: TopicPartition) -> PartitionSequences:
         state = self._partitions.get(tp)
@@ -77,126 +111,202 @@ class IdempotenceState:
             state = self._partitions[tp] = PartitionSequences(self.producer_id, self.producer_epoch)
         return state
 
+    def _is_stale(self, state: PartitionSequences) -> bool:
+        return (state.producer_id, state.producer_epoch) != (self.producer_id, self.producer_epoch)
+
     # --- draining ---------------------------------------------------------------------------
 
     def can_drain(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` may be sent now without risking order or sequence gaps."""
-        if not self.has_producer_id or self.epoch_bump_required:
+        """Whether ``batch`` (its partition's first queued batch) may be sent now.
+
+        Java: ``RecordAccumulator.shouldStopDrainBatchesForPartition``, negated.
+        """
+        if not self.has_producer_id:
             return False
         state = self._state(batch.tp)
-        current = (self.producer_id, self.producer_epoch)
-        if batch.has_sequence:
-            # A retry: only the oldest unacknowledged batch may go, so that the broker
-            # sees the sequences in order again.
-            if (batch.producer_id, batch.producer_epoch) != current:
+        if not batch.has_sequence:
+            if state.in_flight and self._is_stale(state):
+                # Old-epoch batches are still out: a new-epoch batch with sequence 0 must
+                # not overtake them.
                 return False
-            return bool(state.unacked) and state.unacked[0] is batch
-        if (state.producer_id, state.producer_epoch) != current:
-            # The epoch moved on: new batches wait until the old epoch's batches are done,
-            # then this partition starts again at sequence 0.
-            if state.unacked:
-                return False
-            state.producer_id, state.producer_epoch = current
-            state.next_sequence = 0
-            state.last_acked_sequence = -1
-        return True
+            # An earlier batch's outcome is unknown: wait until it is resolved.
+            return not state.unresolved
+        # A retry: only the lowest unacknowledged sequence may go (in-flight drops to 1).
+        return bool(state.in_flight) and state.in_flight[0] is batch
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
-        """Stamp a newly drained batch (retries keep their stamp)."""
-        if batch.has_sequence and (batch.producer_id, batch.producer_epoch) == (
-            self.producer_id,
-            self.producer_epoch,
-        ):
+        """Stamp a batch at its first drain; a batch that has a stamp keeps it."""
+        if batch.has_sequence:
             return
         state = self._state(batch.tp)
+        if self._is_stale(state) and not state.in_flight:
+            # The partition moves to the current id/epoch: sequences start again at 0.
+            state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
+            state.next_sequence = 0
+            state.last_acked_sequence = -1
         sequence = state.next_sequence
-        batch.stamp(self.producer_id, self.producer_epoch, sequence)
+        batch.stamp(state.producer_id, state.producer_epoch, sequence)
         state.next_sequence = increment_sequence(sequence, batch.record_count)
-        state.unacked.append(batch)
+        state.in_flight.append(batch)
 
     # --- outcomes ---------------------------------------------------------------------------
 
     def on_success(self, batch: ProducerBatch) -> None:
-        """A batch was acknowledged."""
+        """A batch was acknowledged (or answered DUPLICATE_SEQUENCE_NUMBER)."""
         state = self._partitions.get(batch.tp)
-        if state is None:
+        if state is None or not batch.has_sequence:
             return
-        _remove(state.unacked, batch)
+        _remove(state.in_flight, batch)
         if (batch.producer_id, batch.producer_epoch) == (state.producer_id, state.producer_epoch):
             last = increment_sequence(batch.base_sequence, batch.record_count - 1)
             if state.last_acked_sequence < 0 or _seq_after(last, state.last_acked_sequence):
                 state.last_acked_sequence = last
 
-    def on_failure(self, batch: ProducerBatch) -> None:
-        """A batch with a sequence failed for good: its sequence numbers are lost.
+    def on_error(self, batch: ProducerBatch, error: BaseException) -> Verdict:
+        """Decide on an error response for a stamped batch (Java's ``canRetry``).
 
-        The broker would reject every later sequence of the partition (a gap), and whether
-        a sent batch was written is unknown, so the epoch is always bumped: every partition
-        then starts again at sequence 0 (KIP-360).
+        The caller still checks the delivery timeout and ``retries`` for a RETRY.
+        """
+        if isinstance(error, DuplicateSequenceNumberError):
+            return Verdict.DUPLICATE
+        state = self._partitions.get(batch.tp)
+        if state is None or not batch.has_sequence:
+            return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
+        if isinstance(error, UnknownProducerIdError):
+            # The broker lost our state (e.g. retention removed the log head). Unless this
+            # batch was already renumbered, bump the epoch and renumber from 0.
+            if not batch.sequence_reset:
+                self._request_bump(batch.tp)
+            return Verdict.RETRY
+        if isinstance(error, OutOfOrderSequenceNumberError):
+            if not state.unresolved and (
+                batch.sequence_reset or not self._is_next_sequence(state, batch.base_sequence)
+            ):
+                # Not the next expected batch: an earlier batch's failure or retry caused
+                # this; it resolves when that one is resent.
+                return Verdict.RETRY
+            if not state.unresolved or batch.base_sequence == state.unresolved_next_sequence:
+                # A real gap: the broker has everything before this batch and not it, so
+                # neither it nor anything after it was appended: renumber under a new epoch.
+                self._request_bump(batch.tp)
+            return Verdict.RETRY
+        return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
+
+    def on_failure(self, batch: ProducerBatch, error: BaseException, *, may_retry: bool) -> None:
+        """A stamped batch failed for good with a definite broker error.
+
+        Java's ``handleFailedBatch``: the broker did not append it, so its sequences are a
+        gap that every later batch of the partition would hit; a new epoch repairs that.
+        With ``may_retry`` false (retries exhausted) the outcome of earlier attempts is
+        unknown, so the partition is left alone, as the Java client does.
         """
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        _remove(state.unacked, batch)
-        if (batch.producer_id, batch.producer_epoch) != (self.producer_id, self.producer_epoch):
-            return  # already under an older epoch: the bump happened
-        self.epoch_bump_required = True
+        _remove(state.in_flight, batch)
+        if isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)) or (
+            may_retry and isinstance(error, BrokerError)
+        ):
+            self._request_bump(batch.tp)
 
-    def is_next_expected(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` directly follows the last acknowledged sequence.
+    def on_expired(self, batch: ProducerBatch, *, outstanding: bool) -> None:
+        """A stamped batch reached its delivery timeout (its records fail with a timeout).
 
-        An OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is *not* next is a consequence of an
-        earlier batch's failure and is retried as is; for the next one it means the broker
-        lost our state, which only an epoch bump repairs.
+        A stamped batch has been sent at least once, so whether the broker appended it is
+        unknown: the partition is unresolved until everything in flight has an outcome
+        (:meth:`resolve_sequences`). With ``outstanding`` its request is still unanswered:
+        it stays in the partition's in-flight list until :meth:`on_late_outcome`, so that
+        nothing is decided while the broker may still append it. (Java marks only batches
+        in retry; an expired first attempt is just as unknown, so both count here.)
         """
         state = self._partitions.get(batch.tp)
-        if state is None:
-            return True
-        expected = increment_sequence(state.last_acked_sequence, 1)
-        if state.last_acked_sequence < 0:
-            expected = 0
-        return batch.base_sequence == expected
+        if state is None or not batch.has_sequence:
+            return
+        if not outstanding:
+            _remove(state.in_flight, batch)
+        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+            return
+        next_sequence = increment_sequence(batch.base_sequence, batch.record_count)
+        if not state.unresolved or _seq_after(next_sequence, state.unresolved_next_sequence):
+            state.unresolved_next_sequence = next_sequence
+        state.unresolved = True
+
+    def on_late_outcome(self, batch: ProducerBatch, *, appended: bool) -> None:
+        """The request of a batch that had already expired was answered (or failed)."""
+        if appended:
+            self.on_success(batch)
+            return
+        state = self._partitions.get(batch.tp)
+        if state is not None:
+            _remove(state.in_flight, batch)
+
+    def on_abandoned(self, batch: ProducerBatch) -> None:
+        """A batch ended without a broker verdict (the producer is closing or crashed)."""
+        state = self._partitions.get(batch.tp)
+        if state is not None:
+            _remove(state.in_flight, batch)
+
+    def resolve_sequences(self) -> None:
+        """Settle unresolved partitions that have nothing in flight any more.
+
+        Java's ``maybeResolveSequences``: if the last acknowledged sequence reaches the
+        partition's next sequence, every batch was written after all; otherwise a sequence
+        is lost and the epoch is bumped (the partition restarts at 0 under it).
+        """
+        for tp, state in self._partitions.items():
+            if not state.unresolved or state.in_flight:
+                continue
+            state.unresolved = False
+            state.unresolved_next_sequence = -1
+            if not self._is_next_sequence(state, state.next_sequence):
+                self._request_bump(tp)
+
+    def _is_next_sequence(self, state: PartitionSequences, sequence: int) -> bool:
+        expected = 0 if state.last_acked_sequence < 0 else state.last_acked_sequence + 1
+        return sequence == (expected if expected <= INT32_MAX else 0)
+
+    def _request_bump(self, tp: TopicPartition) -> None:
+        self.epoch_bump_required = True
+        self._rewrite.add(tp)
 
     def bump_epoch(self) -> bool:
-        """Client-side epoch bump (KIP-360); False if the epoch is exhausted.
+        """Client-side epoch bump (KIP-360); False if a new producer id is needed instead.
 
-        When the epoch cannot grow, a new producer id is needed instead
-        (``producer_id_required`` is set and the sender sends InitProducerId).
+        The partitions that asked for the bump get their unacknowledged batches renumbered
+        from 0 under the new epoch (the broker provably did not append them: they follow a
+        gap); other partitions finish their old-epoch batches first and start at 0 with their
+        next new batch.
         """
         self.epoch_bump_required = False
         if self.producer_epoch >= INT16_MAX:
             self.producer_id_required = True
             return False
         self.producer_epoch += 1
+        for tp in sorted(self._rewrite):
+            state = self._state(tp)
+            state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
+            state.next_sequence = 0
+            state.last_acked_sequence = -1
+            state.unresolved = False
+            state.unresolved_next_sequence = -1
+            # Expired batches are never resent: they keep no place in the new numbering.
+            state.in_flight = [b for b in state.in_flight if b.final_state is None]
+            for batch in state.in_flight:
+                batch.stamp(self.producer_id, self.producer_epoch, state.next_sequence)
+                batch.sequence_reset = True
+                state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
+        self._rewrite.clear()
         return True
-
-    def reset_unacked_sequences(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
-        """After a bump: renumber a partition's still-queued retry batches from 0, in order.
-
-        ``batches`` are the partition's queued batches that carry an old-epoch sequence,
-        in sequence order; they are re-stamped under the current epoch.
-        """
-        state = self._state(tp)
-        others = [b for b in state.unacked if b not in batches]
-        if others:
-            return  # old-epoch batches still in flight; renumber when they are done
-        state.unacked = []
-        state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
-        state.next_sequence = 0
-        state.last_acked_sequence = -1
-        for batch in batches:
-            batch.stamp(self.producer_id, self.producer_epoch, state.next_sequence)
-            state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
-            state.unacked.append(batch)
 
     def unacked(self, tp: TopicPartition) -> list[ProducerBatch]:
         """The partition's batches with a sequence and no outcome yet."""
         state = self._partitions.get(tp)
-        return list(state.unacked) if state else []
+        return list(state.in_flight) if state else []
 
-    def forget(self, tp: TopicPartition) -> None:
-        """Drop a partition's state (used after the producer id changes)."""
-        self._partitions.pop(tp, None)
+    def is_unresolved(self, tp: TopicPartition) -> bool:
+        """Whether an expired batch's outcome is still unknown for ``tp``."""
+        state = self._partitions.get(tp)
+        return state is not None and state.unresolved
 
 
 def _remove(batches: list[ProducerBatch], batch: ProducerBatch) -> None:

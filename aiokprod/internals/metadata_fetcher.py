@@ -12,8 +12,8 @@ import asyncio
 import copy
 from collections.abc import Callable
 
+from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.errors import AuthenticationError, KafkaError, MetadataTimeoutError
-from aiokprod.internals.backoff import monotonic_ms
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
@@ -36,6 +36,7 @@ class MetadataFetcher:
         request_timeout_ms: bound on one Metadata request.
         allow_auto_create_topics: ask the broker to create unknown topics (if it allows).
         on_update: called after each successful refresh (wakes the sender).
+        clock: the producer's clock.
     """
 
     def __init__(
@@ -47,7 +48,9 @@ class MetadataFetcher:
         request_timeout_ms: int,
         allow_auto_create_topics: bool,
         on_update: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self.state = state
         self._pool = pool
         self._spawn = spawn
@@ -90,7 +93,7 @@ class MetadataFetcher:
                 raise KafkaError("Metadata answered with another message")
         except KafkaError as exc:
             self.last_error = exc
-            self.state.failed(monotonic_ms())
+            self.state.failed(self._clock.monotonic_ms())
             log.debug("metadata refresh failed", node=node_id, error=str(exc))
             self._refreshing = False
             if isinstance(exc, AuthenticationError):
@@ -103,12 +106,8 @@ class MetadataFetcher:
             raise
         self._refreshing = False
         self.last_error = None
-        snapshot = self.state.snapshot
-        self.state.update(response, topics, monotonic_ms())
-        if self.state.snapshot.brokers != snapshot.brokers:
-            self._pool.update_nodes(
-                {n.node_id: (n.host, n.port) for n in self.state.snapshot.brokers.values()}
-            )
+        # The sender passes the new brokers on to the pool (it follows ``state.version``).
+        self.state.update(response, topics, self._clock.monotonic_ms())
         self._wake_waiters()
         self._on_update()
 
@@ -149,7 +148,7 @@ class MetadataFetcher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         state = self.state
-        state.add_topic(topic, monotonic_ms())
+        state.add_topic(topic, self._clock.monotonic_ms())
         while True:
             if self._closed_error is not None:
                 raise self._closed_error

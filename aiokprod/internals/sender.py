@@ -20,18 +20,19 @@ from collections.abc import Sequence
 
 import anyio
 
+from aiokprod.backoff import backoff_ms
+from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
-    BrokerError,
     DeliveryTimeoutError,
+    DuplicateSequenceNumberError,
     KafkaConnectionError,
     KafkaError,
     error_for_code,
 )
 from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
-from aiokprod.internals.backoff import backoff_ms, monotonic_ms
 from aiokprod.internals.batch import ProducerBatch
-from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.stats import ProducerStats
@@ -53,10 +54,6 @@ from aiokprod.types import ProducerInterceptor, TopicPartition
 
 log = get_logger("aiokprod.sender")
 
-DUPLICATE_SEQUENCE_NUMBER = 46
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-UNKNOWN_PRODUCER_ID = 59
-INVALID_PRODUCER_EPOCH = 47
 #: How often in-flight batches are checked against the delivery timeout.
 IN_FLIGHT_EXPIRY_SCAN_MS = 50
 
@@ -73,6 +70,7 @@ class Sender:
         idempotence: sequence state, or None when idempotence is off.
         spawn: starts background coroutines in the producer's task group.
         stats: counters behind ``Producer.metrics()``.
+        clock: the producer's clock.
     """
 
     def __init__(
@@ -85,8 +83,11 @@ class Sender:
         idempotence: IdempotenceState | None,
         spawn: Spawn,
         stats: ProducerStats,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
+        self._clock = clock
+        self._nodes_version = -1
         self._acc = accumulator
         self._metadata = metadata
         self._fetcher = fetcher
@@ -123,7 +124,7 @@ class Sender:
         try:
             while True:
                 wake.clear()
-                delay_ms = self.run_once(monotonic_ms())
+                delay_ms = self.run_once(self._clock.monotonic_ms())
                 if self._stopping and not self._acc.has_incomplete():
                     return
                 if wake.is_set() or delay_ms <= 0:
@@ -142,13 +143,20 @@ class Sender:
         delay = FOREVER_MS
         idem = self._idem
         if idem is not None:
+            idem.resolve_sequences()
             if idem.producer_id_required:
                 self._maybe_fetch_producer_id()
             elif idem.epoch_bump_required:
                 self._bump_epoch()
         delay = min(delay, self._fetcher.maybe_refresh(now_ms))
         acc = self._acc
-        cluster = self._metadata.snapshot
+        metadata = self._metadata
+        cluster = metadata.snapshot
+        if metadata.version != self._nodes_version:
+            # Every change of the view (a refresh or a KIP-951 hint naming a broker that came
+            # back, perhaps on a new port) reaches the pool, so it can connect there.
+            self._nodes_version = metadata.version
+            self._pool.update_nodes({n.node_id: (n.host, n.port) for n in cluster.brokers.values()})
         result = acc.ready(cluster, now_ms)
         if result.unknown_leader_topics:
             self._metadata.request_update()
@@ -172,7 +180,7 @@ class Sender:
         expired = acc.expire(now_ms)
         if expired:
             for batch in expired:
-                self._fail(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
+                self._give_up(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
         delay = min(delay, self._expire_in_flight(now_ms))
         next_deadline = pool.check_request_timeouts(now_ms)
         if next_deadline is not None:
@@ -218,8 +226,10 @@ class Sender:
                 deadline_ms=now_ms + self._config.request_timeout_ms,
                 expect_response=not acks_zero,
             )
-        except KafkaConnectionError as exc:
-            handler(None, exc)
+        except KafkaError as exc:
+            # Not written: retried like a connection failure (the connection is gone or
+            # cannot take this request now).
+            handler(None, exc if exc.retriable else KafkaConnectionError(str(exc)))
             return
         if acks_zero:
             # No answer will come: the records are done once written (offsets unknown).
@@ -235,11 +245,14 @@ class Sender:
         body: Struct | None,
         error: BaseException | None,
     ) -> None:
-        now_ms = monotonic_ms()
+        now_ms = self._clock.monotonic_ms()
         if error is not None or not isinstance(body, ProduceResponse):
-            failure = error if error is not None else KafkaError("unexpected Produce response")
-            if isinstance(failure, KafkaConnectionError) or getattr(failure, "retriable", False):
-                self._metadata.request_update()
+            # No answer (disconnect, request timeout, broken response): whether the batches
+            # were written is unknown, so they are retried as they are.
+            failure = error if error is not None else KafkaConnectionError("no Produce response")
+            if not isinstance(failure, KafkaError) or not failure.retriable:
+                failure = KafkaConnectionError(f"Produce request failed: {failure}")
+            self._metadata.request_update()
             for batch in by_tp.values():
                 self._on_batch_error(batch, failure, now_ms)
             self.wakeup()
@@ -251,10 +264,10 @@ class Sender:
             for part in topic.partition_responses:
                 tp = TopicPartition(topic.name, part.index)
                 if tp not in by_tp:
-                    continue
+                    continue  # a partition we did not send (a broken broker): ignored
                 batch = by_tp.pop(tp)
                 if part.error_code == 0:
-                    self._complete(batch, part.base_offset, part.log_append_time_ms)
+                    self._on_batch_success(batch, part.base_offset, part.log_append_time_ms)
                     continue
                 exc = error_for_code(part.error_code, part.error_message)
                 record_errors: dict[int, BaseException] | None = None
@@ -280,6 +293,14 @@ class Sender:
             )
         self.wakeup()
 
+    def _on_batch_success(self, batch: ProducerBatch, base_offset: int, append_ms: int) -> None:
+        if batch.final_state is not None:
+            # It expired while its request was out, and was written after all.
+            if self._idem is not None:
+                self._idem.on_late_outcome(batch, appended=True)
+            return
+        self._complete(batch, base_offset, append_ms)
+
     def _on_batch_error(
         self,
         batch: ProducerBatch,
@@ -292,43 +313,44 @@ class Sender:
         self._in_flight.pop(batch, None)
         batch.in_flight = False
         self._acc.muted.discard(batch.tp)
-        if batch.final_state is not None:
-            return  # already expired while in flight
-        code = exc.code if isinstance(exc, BrokerError) else None
         idem = self._idem
-        if code == DUPLICATE_SEQUENCE_NUMBER:
+        if batch.final_state is not None:
+            # It expired while its request was out; a duplicate answer means written.
+            if idem is not None:
+                appended = isinstance(exc, DuplicateSequenceNumberError)
+                idem.on_late_outcome(batch, appended=appended)
+            return
+        if idem is not None and batch.has_sequence:
+            verdict = idem.on_error(batch, exc)
+        elif isinstance(exc, DuplicateSequenceNumberError):
+            verdict = Verdict.DUPLICATE
+        else:
+            verdict = Verdict.RETRY if getattr(exc, "retriable", False) else Verdict.FAIL
+        if verdict is Verdict.DUPLICATE:
             self._complete(batch, -1, -1)  # written before: success, offset unknown (as Java)
             return
-        retriable = bool(getattr(exc, "retriable", False))
-        if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
-            # Not the next expected batch: an earlier batch's failure caused this; resend it
-            # as is. The next expected one: the broker lost our state; bump the epoch.
-            if idem.is_next_expected(batch):
-                idem.epoch_bump_required = True
-            retriable = True
-        if code == INVALID_PRODUCER_EPOCH and idem is not None:
-            idem.epoch_bump_required = True
-            retriable = True
-        if retriable and self._can_retry(batch, now_ms):
-            if getattr(exc, "invalid_metadata", False):
-                self._metadata.request_update()
-            # A KIP-951 hint named the new leader: resend there at once, as Java does.
-            wait = (
-                0
-                if leader_moved
-                else backoff_ms(
-                    batch.attempts + 1,
-                    self._config.retry_backoff_ms,
-                    self._config.retry_backoff_max_ms,
-                )
-            )
-            self._acc.reenqueue(batch, now_ms, wait)
-            self._stats.on_retry(batch.record_count)
-            log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
+        if verdict is Verdict.FAIL:
+            self._fail(batch, exc, now_ms, record_errors)
             return
-        if retriable:
-            exc = self._delivery_timeout(batch, now_ms, exc)
-        self._fail(batch, exc, now_ms, record_errors)
+        if not self._can_retry(batch, now_ms):
+            # Out of time or retries: an earlier attempt may have been written.
+            self._give_up(batch, self._delivery_timeout(batch, now_ms, exc), now_ms)
+            return
+        if getattr(exc, "invalid_metadata", False):
+            self._metadata.request_update()
+        # A KIP-951 hint named the new leader: resend there at once, as Java does.
+        wait = (
+            0
+            if leader_moved
+            else backoff_ms(
+                batch.attempts + 1,
+                self._config.retry_backoff_ms,
+                self._config.retry_backoff_max_ms,
+            )
+        )
+        self._acc.reenqueue(batch, now_ms, wait)
+        self._stats.on_retry(batch.record_count)
+        log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
 
     def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
         if self._stopping and self._force_error is not None:
@@ -355,7 +377,10 @@ class Sender:
         return error
 
     def _expire_in_flight(self, now_ms: int) -> int:
-        """Fail in-flight batches past the delivery timeout; ms until the next scan."""
+        """Fail in-flight batches past the delivery timeout; ms until the next scan.
+
+        Their requests are still out: idempotence keeps them in view until answered.
+        """
         if not self._in_flight:
             return FOREVER_MS
         if now_ms < self._next_in_flight_scan_ms:
@@ -365,7 +390,9 @@ class Sender:
         for batch in list(self._in_flight):
             if now_ms - batch.created_ms >= limit:
                 del self._in_flight[batch]
-                self._fail(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
+                self._give_up(
+                    batch, self._delivery_timeout(batch, now_ms, None), now_ms, outstanding=True
+                )
             else:
                 oldest = min(oldest, batch.created_ms)
         self._next_in_flight_scan_ms = now_ms + IN_FLIGHT_EXPIRY_SCAN_MS
@@ -393,16 +420,45 @@ class Sender:
         now_ms: int,
         record_errors: dict[int, BaseException] | None = None,
     ) -> None:
+        """Fail a batch on a definite broker verdict (it was not appended)."""
+        if not self._finish_failed(batch, exc, record_errors):
+            return
+        if self._idem is not None:
+            may_retry = batch.attempts < self._config.retries
+            self._idem.on_failure(batch, exc, may_retry=may_retry)
+
+    def _give_up(
+        self, batch: ProducerBatch, exc: BaseException, now_ms: int, *, outstanding: bool = False
+    ) -> None:
+        """Fail a batch whose fate is unknown: it may have been appended.
+
+        That is a batch past its delivery timeout, or out of retries after a retriable error.
+        """
+        if not self._finish_failed(batch, exc, None):
+            return
+        if self._idem is not None:
+            self._idem.on_expired(batch, outstanding=outstanding)
+
+    def _abandon(self, batch: ProducerBatch, exc: BaseException) -> None:
+        """Fail a batch because the producer stops (close timeout, crash, fatal error)."""
+        if self._finish_failed(batch, exc, None) and self._idem is not None:
+            self._idem.on_abandoned(batch)
+
+    def _finish_failed(
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        record_errors: dict[int, BaseException] | None,
+    ) -> bool:
         self._in_flight.pop(batch, None)
         self._acc.muted.discard(batch.tp)
         if not batch.fail(exc, record_errors):
-            return
+            return False
         self._acc.deallocate(batch)
-        if self._idem is not None:
-            self._idem.on_failure(batch)
         self._stats.on_failure(batch.record_count)
         log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
         self._notify_interceptors(batch)
+        return True
 
     def _notify_interceptors(self, batch: ProducerBatch) -> None:
         handles = batch.handles
@@ -419,10 +475,11 @@ class Sender:
 
     def fail_all(self, error: KafkaError) -> None:
         """Fail every incomplete batch, queued or in flight (force close, crash, fatal)."""
-        now_ms = monotonic_ms()
-        self._acc.abort_undrained(error)
+        for batch in self._acc.abort_undrained(error):
+            if self._idem is not None:
+                self._idem.on_abandoned(batch)
         for batch in self._acc.incomplete_batches():
-            self._fail(batch, error, now_ms)
+            self._abandon(batch, error)
 
     # --- idempotence ------------------------------------------------------------------------
 
@@ -457,9 +514,7 @@ class Sender:
                 closed = await anyio.to_thread.run_sync(builder.close)
             except Exception as exc:  # a codec failure fails only this batch
                 batch.compressing = False
-                self._fail(
-                    batch, KafkaError(f"compressing a batch failed: {exc!r}"), monotonic_ms()
-                )
+                self._abandon(batch, KafkaError(f"compressing a batch failed: {exc!r}"))
                 self.wakeup()
                 return
             batch.compressing = False
@@ -472,21 +527,7 @@ class Sender:
 
     def _can_drain(self, batch: ProducerBatch) -> bool:
         idem = self._idem
-        if idem is None:
-            return True
-        if (
-            batch.has_sequence
-            and idem.has_producer_id
-            and not idem.epoch_bump_required
-            and (batch.producer_id, batch.producer_epoch) != (idem.producer_id, idem.producer_epoch)
-        ):
-            # A retry stamped under an older epoch: once nothing of its partition is in
-            # flight, renumber the partition's queued batches from 0 under the new epoch.
-            if any(b.in_flight for b in idem.unacked(batch.tp)):
-                return False
-            stale = [b for b in self._acc.queued(batch.tp) if b.has_sequence]
-            idem.reset_unacked_sequences(batch.tp, stale)
-        return idem.can_drain(batch)
+        return idem is None or idem.can_drain(batch)
 
     def _bump_epoch(self) -> None:
         idem = self._idem
@@ -512,7 +553,7 @@ class Sender:
         attempts = 0
         try:
             while not self._stopped.is_set():
-                node = self._pool.least_loaded_node(monotonic_ms())
+                node = self._pool.least_loaded_node(self._clock.monotonic_ms())
                 error: BaseException | None = None
                 if node is not None:
                     try:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 
+from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -30,6 +30,7 @@ from aiokprod.errors import (
 )
 from aiokprod.logs import get_logger
 from aiokprod.net.security import SslAuthenticationError, SslCertificateError
+from aiokprod.net.transport import READ_CHUNK_BYTES, ByteStream, StreamTransport, Transport
 from aiokprod.protocol.api import API_VERSIONS
 from aiokprod.protocol.connection import ClientConnection, api_versions_retry_version
 from aiokprod.protocol.messages.api_versions import ApiVersionsResponse
@@ -41,7 +42,6 @@ ResponseHandler = Callable[[Struct | None, BaseException | None], None]
 #: Runs after ApiVersions on a fresh connection (SASL authentication hooks in here).
 Authenticator = Callable[["BrokerConnection"], Awaitable[None]]
 
-READ_CHUNK_BYTES = 256 * 1024
 #: Stop writing to a broker whose socket buffer holds this much unsent data.
 WRITE_BUFFER_HIGH_BYTES = 8 * 1024 * 1024
 SOFTWARE_NAME = "aiokprod"
@@ -67,6 +67,9 @@ class BrokerConnection:
         software_version: reported in ApiVersions.
         ssl_context: TLS context, or None for plaintext.
         server_hostname: the name to verify the certificate against (default: host).
+        transport: opens the byte stream (default: asyncio streams over TCP).
+        clock: the producer's clock (request deadlines, re-authentication).
+        rng: randomness for the re-authentication point.
     """
 
     def __init__(
@@ -80,6 +83,9 @@ class BrokerConnection:
         software_version: str,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        transport: Transport | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -89,8 +95,10 @@ class BrokerConnection:
         self._software_version = software_version
         self._ssl = ssl_context
         self._server_hostname = server_hostname
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: Transport = transport or StreamTransport()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._stream: ByteStream | None = None
         self._pending: dict[int, _Pending] = {}
         self.closed_error: BaseException | None = None
         self.ready = False
@@ -114,12 +122,11 @@ class BrokerConnection:
         """
         try:
             async with asyncio.timeout(timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(
+                self._stream = await self._transport.connect(
                     self.host,
                     self.port,
-                    ssl=self._ssl,
+                    ssl_context=self._ssl,
                     server_hostname=self._server_hostname if self._ssl else None,
-                    limit=READ_CHUNK_BYTES,
                 )
                 await self._negotiate_versions()
                 if authenticate is not None:
@@ -143,7 +150,8 @@ class BrokerConnection:
                 f"TLS handshake with node {self.node_id} at {self.host}:{self.port} failed: "
                 f"{exc.reason or exc}"
             ) from None
-        except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+        except (OSError, EOFError, asyncio.IncompleteReadError, ProtocolError) as exc:
+            # A broken handshake answer is a broken connection, like a reset: retry later.
             self._abort()
             raise KafkaConnectionError(
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc}"
@@ -179,13 +187,13 @@ class BrokerConnection:
 
         Used during the handshake (ApiVersions, SASL), when nothing else is in flight.
         """
-        reader, writer = self._reader, self._writer
-        if reader is None or writer is None:
+        stream = self._stream
+        if stream is None:
             raise KafkaConnectionError(f"node {self.node_id}: not connected")
-        writer.write(frame)
-        await writer.drain()
+        stream.write(frame)
+        await stream.drain()
         while True:
-            data = await reader.read(READ_CHUNK_BYTES)
+            data = await stream.read(READ_CHUNK_BYTES)
             if not data:
                 raise KafkaConnectionError(f"node {self.node_id} closed the connection")
             responses = self.protocol.receive_data(data)
@@ -206,8 +214,8 @@ class BrokerConnection:
         are answered. 0 means the session does not expire.
         """
         if lifetime_ms > 0:
-            margin = random.uniform(0.85, 0.95)
-            self.reauth_at_ms = int(time.monotonic() * 1000 + lifetime_ms * margin)
+            margin = self._rng.uniform(0.85, 0.95)
+            self.reauth_at_ms = int(self._clock.monotonic_ms() + lifetime_ms * margin)
         else:
             self.reauth_at_ms = None
 
@@ -225,12 +233,12 @@ class BrokerConnection:
     @property
     def can_send(self) -> bool:
         """Open, under the in-flight limit, and not backed up in the socket buffer."""
-        writer = self._writer
-        if not self.ready or writer is None or len(self._pending) >= self.max_in_flight:
+        stream = self._stream
+        if not self.ready or stream is None or len(self._pending) >= self.max_in_flight:
             return False
-        if self.reauth_at_ms is not None and time.monotonic() * 1000 >= self.reauth_at_ms:
+        if self.reauth_at_ms is not None and self._clock.monotonic_ms() >= self.reauth_at_ms:
             return False
-        return writer.transport.get_write_buffer_size() < WRITE_BUFFER_HIGH_BYTES
+        return stream.write_buffer_size() < WRITE_BUFFER_HIGH_BYTES
 
     @property
     def oldest_deadline_ms(self) -> int | None:
@@ -252,14 +260,14 @@ class BrokerConnection:
         Raises:
             KafkaConnectionError: the connection is not open.
         """
-        writer = self._writer
-        if not self.ready or writer is None or writer.is_closing():
+        stream = self._stream
+        if not self.ready or stream is None or stream.is_closing():
             reason = f" ({self.closed_error})" if self.closed_error is not None else ""
             raise KafkaConnectionError(f"node {self.node_id}: connection is not open{reason}")
         correlation_id, frame = self.protocol.send(request, expect_response=expect_response)
         if expect_response:
             self._pending[correlation_id] = _Pending(handler, deadline_ms)
-        writer.write(frame)
+        stream.write(frame)
 
     async def request(self, request: Struct, timeout_s: float) -> Struct:
         """Send a request and await its response body.
@@ -279,7 +287,7 @@ class BrokerConnection:
             elif body is not None:
                 future.set_result(body)
 
-        deadline_ms = int((time.monotonic() + timeout_s) * 1000)
+        deadline_ms = self._clock.monotonic_ms() + int(timeout_s * 1000)
         self.send(request, on_response, deadline_ms=deadline_ms)
         try:
             async with asyncio.timeout(timeout_s):
@@ -298,25 +306,33 @@ class BrokerConnection:
         """Read responses until the connection closes; then fail what is still pending.
 
         Returns normally when the connection ends for a network or protocol reason (the
-        pending requests get the error); other exceptions (a bug in a handler) propagate.
+        pending requests get a retriable connection error); exceptions raised by a response
+        handler (a bug in this client) propagate.
         """
-        reader = self._reader
-        if reader is None:
+        stream = self._stream
+        if stream is None:
             return
+        protocol = self.protocol
+        pending_requests = self._pending
         error: BaseException | None = None
         try:
             while True:
-                data = await reader.read(READ_CHUNK_BYTES)
+                data = await stream.read(READ_CHUNK_BYTES)
                 if not data:
                     error = KafkaConnectionError(f"node {self.node_id} closed the connection")
                     break
-                for response in self.protocol.receive_data(data):
-                    pending = self._pending.pop(response.correlation_id, None)
+                for response in protocol.receive_data(data):
+                    pending = pending_requests.pop(response.correlation_id, None)
                     if pending is not None and pending.handler is not None:
                         pending.handler(response.body, None)
+                if protocol.broken:
+                    raise protocol.error or ProtocolError("broken response")
         except ProtocolError as exc:
-            error = exc
-            log.warning("protocol error, closing", node=self.node_id, error=str(exc))
+            error = KafkaConnectionError(
+                f"node {self.node_id} sent a broken response ({exc}); disconnecting"
+            )
+            error.__cause__ = exc
+            log.warning("broken response, disconnecting", node=self.node_id, error=str(exc))
         except OSError as exc:
             error = KafkaConnectionError(f"node {self.node_id}: {exc}")
         finally:
@@ -352,13 +368,17 @@ class BrokerConnection:
         self._pending.clear()
         self.protocol.fail_pending()
         failure = self.closed_error
-        if not isinstance(failure, KafkaError):
-            failure = KafkaConnectionError(f"node {self.node_id}: {failure}")
+        if not (isinstance(failure, KafkaError) and failure.retriable):
+            # Whatever closed the connection, an unanswered request may or may not have been
+            # written: to its caller that is a retriable connection failure, never a verdict.
+            cause = failure
+            failure = KafkaConnectionError(f"node {self.node_id}: {cause}")
+            failure.__cause__ = cause
         for entry in pending:
             if entry.handler is not None:
                 entry.handler(None, failure)
 
     def _abort(self) -> None:
-        writer = self._writer
-        if writer is not None and not writer.is_closing():
-            writer.transport.abort()
+        stream = self._stream
+        if stream is not None:
+            stream.abort()

@@ -19,22 +19,19 @@ import asyncio
 import copy
 import random
 import ssl
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from aiokprod.backoff import backoff_ms
+from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
 from aiokprod.logs import get_logger
 from aiokprod.net.connection import Authenticator, BrokerConnection
+from aiokprod.net.transport import StreamTransport, Transport
 
 log = get_logger("aiokprod.net")
 
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
-_JITTER = 0.2
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ConnectionPool:
@@ -53,6 +50,9 @@ class ConnectionPool:
         on_disconnect: called with the node id when an open connection closes.
         ssl_context: TLS for every connection, or None.
         authenticate: runs on each new connection after ApiVersions (SASL).
+        transport: opens byte streams (default: asyncio streams over TCP).
+        clock: the producer's clock.
+        rng: randomness for backoff jitter and node choice.
     """
 
     def __init__(
@@ -70,8 +70,14 @@ class ConnectionPool:
         on_disconnect: Callable[[int], None] = lambda node_id: None,
         ssl_context: ssl.SSLContext | None = None,
         authenticate: Authenticator | None = None,
+        transport: Transport | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
     ) -> None:
         self._spawn = spawn
+        self._transport: Transport = transport or StreamTransport()
+        self._clock = clock
+        self._rng = rng or random.Random()
         self._client_id = client_id
         self._software_version = software_version
         self._max_in_flight = max_in_flight
@@ -97,12 +103,24 @@ class ConnectionPool:
     # --- nodes ------------------------------------------------------------------------------
 
     def update_nodes(self, brokers: dict[int, tuple[str, int]]) -> None:
-        """Adopt the brokers from metadata; connections to moved or removed brokers close."""
+        """Adopt the brokers from metadata; connections to moved or removed brokers close.
+
+        A broker that comes back (after a restart, possibly on a new port) is connected to
+        afresh, without waiting out the backoff of its failed attempts while it was away.
+        """
         for node_id, conn in list(self._connections.items()):
             if node_id >= 0 and brokers.get(node_id) != (conn.host, conn.port):
                 conn.close(KafkaConnectionError(f"node {node_id} left the cluster or moved"))
+        for node_id, address in brokers.items():
+            if self._nodes.get(node_id) != address:
+                self._failures.pop(node_id, None)
+                self._next_attempt_ms.pop(node_id, None)
         self._nodes = dict(self._bootstrap)
         self._nodes.update(brokers)
+
+    def knows(self, node_id: int) -> bool:
+        """Whether the pool has an address for ``node_id``."""
+        return node_id in self._nodes
 
     def known_nodes(self) -> list[int]:
         """Broker ids from metadata, or bootstrap ids before metadata arrived."""
@@ -150,31 +168,32 @@ class ConnectionPool:
         Raises:
             KafkaConnectionError: the attempt failed or the timeout passed.
         """
-        deadline = time.monotonic() + timeout_s
+        clock = self._clock
+        deadline_ms = clock.monotonic_ms() + int(timeout_s * 1000)
         while True:
             conn = self._connections.get(node_id)
             if conn is not None and conn.ready:
-                if not self._retire_if_expired(conn, _now_ms()):
+                if not self._retire_if_expired(conn, clock.monotonic_ms()):
                     return conn
                 await asyncio.sleep(0)  # let its read task end before reconnecting
                 continue
             if self._closed:
                 raise KafkaConnectionError("connection pool is closed")
-            now_ms = _now_ms()
+            now_ms = clock.monotonic_ms()
             wait_ms = self.connection_delay_ms(node_id, now_ms)
             if wait_ms:
-                if time.monotonic() + wait_ms / 1000 > deadline:
+                if now_ms + wait_ms > deadline_ms:
                     raise self._unreachable(node_id)
                 await asyncio.sleep(wait_ms / 1000)
                 continue
             future = self._maybe_connect(node_id, now_ms)
             if future is None:
                 raise self._unreachable(node_id)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            remaining_ms = deadline_ms - now_ms
+            if remaining_ms <= 0:
                 raise self._unreachable(node_id)
             try:
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(remaining_ms / 1000):
                     return await asyncio.shield(future)
             except TimeoutError:
                 raise self._unreachable(node_id) from None
@@ -205,7 +224,7 @@ class ConnectionPool:
         candidates = [n for n in self.known_nodes() if self.connection_delay_ms(n, now_ms) == 0]
         if not candidates:  # the brokers metadata named are all backing off: try bootstrap
             candidates = [n for n in self._bootstrap if self.connection_delay_ms(n, now_ms) == 0]
-        return random.choice(candidates) if candidates else None
+        return self._rng.choice(candidates) if candidates else None
 
     def next_attempt_delay_ms(self, now_ms: int) -> int:
         """The shortest wait until some node may be tried again."""
@@ -235,6 +254,9 @@ class ConnectionPool:
             software_version=self._software_version,
             ssl_context=self._ssl,
             server_hostname=host,
+            transport=self._transport,
+            clock=self._clock,
+            rng=self._rng,
         )
 
         async def connect_and_read() -> None:
@@ -249,7 +271,7 @@ class ConnectionPool:
         node_id = conn.node_id
         try:
             await conn.open(self._setup_timeout_s, self._authenticate)
-        except Exception as exc:
+        except KafkaError as exc:
             self._connecting.pop(node_id, None)
             self._record_failure(node_id, exc)
             if isinstance(exc, AuthenticationError):
@@ -281,7 +303,7 @@ class ConnectionPool:
             if self._connections.get(node_id) is conn:
                 del self._connections[node_id]
             # Reconnecting right away is fine, but not in a tight loop if it keeps dropping.
-            self._next_attempt_ms[node_id] = _now_ms() + self._backoff_ms
+            self._next_attempt_ms[node_id] = self._clock.monotonic_ms() + self._backoff_ms
             if not self._closed:
                 self._on_disconnect(node_id)
                 self._on_change()
@@ -289,9 +311,8 @@ class ConnectionPool:
     def _record_failure(self, node_id: int, exc: BaseException) -> None:
         failures = self._failures.get(node_id, 0) + 1
         self._failures[node_id] = failures
-        base = min(self._backoff_ms * 2 ** min(failures - 1, 30), self._backoff_max_ms)
-        wait = int(base * random.uniform(1 - _JITTER, 1 + _JITTER))
-        self._next_attempt_ms[node_id] = _now_ms() + min(wait, self._backoff_max_ms)
+        wait = backoff_ms(failures, self._backoff_ms, self._backoff_max_ms, self._rng)
+        self._next_attempt_ms[node_id] = self._clock.monotonic_ms() + wait
         self.last_error[node_id] = exc
         log.debug("connect failed", node=node_id, error=str(exc), failures=failures)
 

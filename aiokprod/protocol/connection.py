@@ -154,6 +154,8 @@ class ClientConnection:
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self.broken = False
+        #: Why the connection broke (set with ``broken``).
+        self.error: ProtocolError | None = None
         self._next_correlation_id = 0
         self._pending: deque[PendingRequest] = deque()
         self._buffer = bytearray()
@@ -258,9 +260,13 @@ class ClientConnection:
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[Response]:
         """Feed received bytes; returns every response they complete, in order.
 
+        If a bad frame follows good ones, the good responses are returned and the connection
+        is marked ``broken`` (with ``error``); the caller closes it after handling them.
+
         Raises:
             ProtocolError: a frame is malformed, too large, unexpected, or answers a
-                different correlation id than the oldest pending request.
+                different correlation id than the oldest pending request (and no good
+                response came before it in ``data``).
         """
         if self.broken:
             raise ProtocolError("connection is broken by an earlier protocol error")
@@ -269,6 +275,7 @@ class ClientConnection:
         responses: list[Response] = []
         start = 0
         end = len(buffer)
+        error: ProtocolError | None = None
         try:
             while end - start >= 4:
                 size = int(INT32.unpack_from(buffer, start)[0])
@@ -278,20 +285,28 @@ class ClientConnection:
                     )
                 if end - start - 4 < size:
                     break
-                frame = memoryview(buffer)[start + 4 : start + 4 + size]
-                try:
-                    responses.append(self._handle_frame(frame))
-                finally:
-                    frame.release()
+                # A copy: nothing decoded (or an exception's traceback) may keep a view of
+                # the receive buffer alive, or resizing the buffer would fail.
+                frame = bytes(buffer[start + 4 : start + 4 + size])
                 start += 4 + size
-        except ProtocolError:
-            self.broken = True
-            raise
+                responses.append(self._handle_frame(frame))
+        except ProtocolError as exc:
+            error = exc
+        except Exception as exc:  # any decoding failure means broken bytes
+            error = ProtocolError(f"undecodable response: {exc!r}")
+            error.__cause__ = exc
         if start:
             del buffer[:start]
+        if error is not None:
+            self.broken = True
+            self.error = error
+            if not responses:
+                raise error
+            # The responses before the bad frame are good: hand them over; the caller sees
+            # ``broken`` (and ``error``) and closes the connection after handling them.
         return responses
 
-    def _handle_frame(self, frame: memoryview) -> Response:
+    def _handle_frame(self, frame: bytes) -> Response:
         correlation_id = int(INT32.unpack_from(frame, 0)[0])
         if not self._pending:
             raise ProtocolError(f"response with correlation id {correlation_id} to no request")
@@ -311,7 +326,7 @@ class ClientConnection:
         """Forget every pending request (the connection closed); returns them."""
         pending = list(self._pending)
         self._pending.clear()
-        self._buffer.clear()
+        self._buffer = bytearray()  # a new buffer: never resize one that may be exported
         return pending
 
 

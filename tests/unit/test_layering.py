@@ -12,6 +12,7 @@ LEAVES = {
     "aiokprod.config",
     "aiokprod.logs",
     "aiokprod.clock",
+    "aiokprod.backoff",
     "aiokprod",
 }
 # layer -> the aiokprod modules (prefixes) it may import besides the leaves

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from aiokprod.internals.backoff import BACKOFF_JITTER, backoff_ms
+from aiokprod.backoff import BACKOFF_JITTER, backoff_ms
 
 
 class FixedSpread(random.Random):

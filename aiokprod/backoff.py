@@ -1,19 +1,13 @@
-"""Exponential backoff with jitter (KIP-580), and a monotonic millisecond clock."""
+"""Exponential backoff with jitter (KIP-580): the one formula for reconnects and retries."""
 
 from __future__ import annotations
 
 import random
-import time
 
 #: Each failure doubles the wait (CommonClientConfigs.RETRY_BACKOFF_EXP_BASE).
 BACKOFF_MULTIPLIER = 2
 #: The wait is spread by +/-20% so that clients that failed together do not retry together.
 BACKOFF_JITTER = 0.2
-
-
-def monotonic_ms() -> int:
-    """Milliseconds from a clock that never goes backwards (for deadlines, not timestamps)."""
-    return int(time.monotonic() * 1000)
 
 
 def backoff_ms(
