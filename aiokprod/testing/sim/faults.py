@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 #: Faults applied to a response frame on its way to the client.
 RESPONSE_FAULTS = (
-    "drop_response",  # this frame never arrives (later ones do: a correlation mismatch)
+    "drop_response",  # this frame never arrives (later ones do: a correlation mismatch;
+    # only a man in the middle can do this, and the client can tell)
     "apply_drop",  # the request is applied, then the connection dies without answering
     "delay_response",  # the frame (and everything after it) arrives late
     "truncate",  # a shorter frame with a consistent size prefix
@@ -24,7 +25,7 @@ RESPONSE_FAULTS = (
 )
 #: Faults applied to a request on its way to the broker.
 REQUEST_FAULTS = (
-    "drop_request",  # the request is lost (the connection may then go silent)
+    "drop_request",  # the request is lost and the connection turns into a black hole
     "cut",  # the connection breaks as the request arrives
     "stall",  # the connection delivers nothing for a while (or for good)
 )

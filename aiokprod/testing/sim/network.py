@@ -224,7 +224,8 @@ class ServerConnection:
         self._busy_until = 0.0  # the broker handles one request of a connection at a time
         self.closed = False  # the broker's side is gone (cut, broker stopped)
         self.client_gone = False  # the client closed its end
-        self.silent = False  # a black hole: nothing more reaches the client
+        self.silent = False  # nothing more reaches the client
+        self.deaf = False  # nothing more reaches the broker
         self._stall_until = 0.0
 
     def _trace(self, text: str) -> None:
@@ -251,7 +252,7 @@ class ServerConnection:
             self.net.connections.remove(self)
 
     def _receive(self, data: bytes) -> None:
-        if self.closed or not self._broker_running():
+        if self.closed or self.deaf or not self._broker_running():
             return
         buffer = self._buffer
         buffer += data
@@ -276,11 +277,11 @@ class ServerConnection:
         fault = self.net.faults.roll(REQUEST_FAULTS, now_ms)
         if fault is not None:
             if fault.kind == "drop_request":
-                if self.net.rng.random() < 0.5:
-                    self._trace(f"request {correlation_id} dropped, connection goes silent")
-                    self.silent = True
-                else:
-                    self._trace(f"request {correlation_id} dropped")
+                # TCP cannot lose one request and deliver the next: from here on the
+                # connection is a black hole both ways (a network partition).
+                self._trace(f"request {correlation_id} dropped, connection is a black hole")
+                self.silent = True
+                self.deaf = True
                 return
             if fault.kind == "cut":
                 self._trace(f"cut at request {correlation_id}")

@@ -83,6 +83,10 @@ def run_seed(seed: int, *, keep_trace: bool = False) -> RunResult:
     )
     metrics: dict[str, Any] = {}
     execution = _Execution(world, workload, recorder, producer_rng, seed, metrics)
+    # Code that reaches for the module-level ``random`` (instead of the injected rng) gets a
+    # stream drawn from the seed too; the state is put back afterwards.
+    global_state = random.getstate()
+    random.seed(rng.getrandbits(64))
     with _quiet_logs(recorder.problems):
         try:
             loop.run_until_complete(execution.run())
@@ -90,6 +94,7 @@ def run_seed(seed: int, *, keep_trace: bool = False) -> RunResult:
             recorder.problems.append(f"{type(exc).__name__}: {exc}")
         finally:
             _shutdown(loop)
+            random.setstate(global_state)
     problems = list(recorder.problems)
     if metrics:
         problems = check_run(
