@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint docs kafka bench clean
+.PHONY: demo test test-unit lint docs kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ lint: $(STAMP)
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## simulate: the deterministic simulation of the producer under faults (docs/simulation.md);
+##           SEEDS=N seeds from START=S (default 10000 from 0); replay one: SEED=X
+SEEDS ?= 10000
+START ?= 0
+simulate: $(STAMP)
+	$(PY) -m aiokprod.testing.sim $(if $(SEED),--seed $(SEED) --verbose,--seeds $(SEEDS) --start $(START))
 
 ## kafka: run a local single-node Apache Kafka until Ctrl-C
 kafka: $(STAMP)

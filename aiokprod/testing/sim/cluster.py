@@ -415,8 +415,10 @@ class SimCluster:
         batch = batches[0]
         if self.faults.roll(("not_enough_replicas",), now_ms):
             return answer(NOT_ENOUGH_REPLICAS)
+        # Only where the producer has state: with none, a 4.x broker accepts any sequence,
+        # and rejecting the first batch while accepting the next would be neither broker.
         if (
-            batch.producer_id >= 0
+            batch.producer_id in part.log.producers
             and part.log.would_append(batch)
             and self.faults.roll(("unknown_producer_id",), now_ms)
         ):

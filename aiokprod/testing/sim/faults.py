@@ -93,6 +93,12 @@ class FaultSchedule:
                 return window
         return None
 
+    def healed_at_ms(self) -> int:
+        """When the last fault window has closed and the last broker is back (run-relative)."""
+        ends = [w.end_ms for w in self.windows]
+        ends += [e.at_ms + e.down_ms + 1000 for e in self.events]  # + a preferred election
+        return max(ends, default=0)
+
     def max_starvation_ms(self) -> int:
         """The largest single clock jump this schedule can make."""
         return max((w.magnitude_ms for w in self.windows if w.kind == "starve"), default=0)
@@ -136,7 +142,7 @@ def draw_schedule(rng: random.Random, horizon_ms: int, nodes: int) -> FaultSched
         schedule.windows.append(FaultWindow(kind, probability, start, end, magnitude))
     if rng.random() < 0.4:
         for _ in range(rng.randint(1, 3)):
-            kind = rng.choice(CLUSTER_EVENTS if nodes > 1 else CLUSTER_EVENTS[1:])
+            kind = rng.choice(CLUSTER_EVENTS if nodes > 1 else CLUSTER_EVENTS[1:2])
             down = rng.randint(50, 3000) if kind != "election" else 0
             schedule.events.append(ClusterEvent(kind, rng.randrange(0, horizon_ms), down))
     return schedule

@@ -1,6 +1,8 @@
 """What must hold at the end of every simulated run (docs/simulation.md, "Invariants").
 
 1. Every record resolved (acknowledged, failed, or its call raised) — none left pending.
+   A call that raised or was cancelled part-way (``send_many``, ``send_and_wait``) leaves its
+   records "unknown": they may be in the log, at most once.
 2. None resolved later than ``delivery_timeout_ms`` + slack after its ``send()`` returned
    (``send_and_wait``: after it was called, plus ``max_block_ms``).
 3. Every acknowledged record is in the log at the partition and offset it was acknowledged
@@ -14,8 +16,12 @@
 6. ``buffer_memory`` is fully returned after ``close()``; nobody waits for it.
 7. The producer never crashed, raised an untyped error, or sent a malformed request or batch;
    ``close()`` raised nothing; no task died with an unretrieved exception.
-8. A run without faults acknowledges every accepted record (when ``close()`` had no timeout).
+8. A run without faults fails no accepted record (when ``close()`` had no timeout).
 9. After ``flush()`` returns, every record accepted before it was called is resolved.
+10. Recovery: once every fault is over and the producer had time to notice and reconnect
+    (2 s + max(request, connection setup timeout) + the longest reconnect and retry backoffs),
+    one record per topic is sent and flushed; each must be acknowledged (a producer stuck
+    after a fault fails this).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from dataclasses import dataclass
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.log import LogRecord
 from aiokprod.testing.sim.workload import Recorder, Sent, Workload
+
+SETTLE_NOTE = "long enough"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +88,13 @@ def check_run(
         if sent.outcome == "acked":
             problems += _check_acked(name, sent, where, workload, sent.value in truncated)
         clean_run = not faulty and workload.close_timeout_s is None
-        if clean_run and sent.how != "racing" and sent.outcome in ("failed", "rejected"):
+        if clean_run and sent.how != "racing" and sent.outcome == "failed":
             problems.append(f"{name}: failed without any fault: {sent.error!r}")
+        elif sent.how == "healed" and sent.outcome != "acked":
+            problems.append(
+                f"{name}: sent {SETTLE_NOTE} after the last fault, yet {sent.outcome}: "
+                f"{sent.error!r}"
+            )
     if idempotent:
         problems += _check_order(logs, {s.value: s for s in recorder.records})
     if buffer_available != buffer_total or buffer_waiters:
@@ -93,7 +106,7 @@ def check_run(
 
 
 def _lateness(sent: Sent, delivery_ms: int, block_ms: int, slack_ms: int) -> int | None:
-    if sent.resolved_ms < 0 or sent.outcome in ("rejected", "cancelled"):
+    if sent.resolved_ms < 0 or sent.outcome in ("rejected", "unknown"):
         return None
     if sent.how == "send_and_wait":
         limit = sent.started_ms + block_ms + delivery_ms + slack_ms

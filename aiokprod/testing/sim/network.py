@@ -327,6 +327,8 @@ class ServerConnection:
             )
             self.cut(reset=True)
             return
+        if api_key != 0:
+            self._trace(f"{api.name} v{version} to broker {self.broker.node_id}")
         if request is None:  # ApiVersions above v4: v0 answer with UNSUPPORTED_VERSION
             body = _api_versions_unsupported()
             self._respond(api_key, 0, correlation_id, body, applied=False)

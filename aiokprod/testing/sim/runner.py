@@ -37,6 +37,26 @@ from aiokprod.testing.sim.world import SimWorld, Topology
 TIMESTAMP_BASE_MS = 1_750_000_000_000
 #: Fixed part of the lateness allowed past delivery_timeout_ms (plus 4 starvation jumps).
 SLACK_MS = 500
+#: After the last fault, how long the producer may take to find its way back, on top of its
+#: own timeouts and backoffs (see settle_ms()).
+SETTLE_MS = 2000
+
+
+def settle_ms(options: dict[str, Any]) -> int:
+    """How long after the last fault the producer gets before it must deliver again.
+
+    A fault's effect can outlast its window by the producer's own bounds: a lost answer is
+    noticed after ``request_timeout_ms`` (``socket_connection_setup_timeout_ms`` during the
+    handshake), then come a reconnect and a retry backoff.
+    """
+    return (
+        SETTLE_MS
+        + max(
+            int(options["request_timeout_ms"]), int(options["socket_connection_setup_timeout_ms"])
+        )
+        + int(options["reconnect_backoff_max_ms"])
+        + int(options["retry_backoff_max_ms"])
+    )
 
 
 @dataclass(slots=True)
@@ -164,6 +184,7 @@ class _Execution:
                 self.spawn(self.send_and_wait(op), cancel_after_ms=op.ms)
             elif op.kind == "flush":
                 await self.flush(op)
+        await self.healed_phase()
         for _ in range(self.workload.racing_sends):
             self.spawn(self.send(Op("send", self.workload.ops[0].topic or "t0"), "racing"))
         self.closing = True
@@ -174,6 +195,17 @@ class _Execution:
             self.rec.problems.append(f"close() raised {exc!r}")
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.metrics.update(producer.metrics())
+
+    async def healed_phase(self) -> None:
+        """Once every fault is over (and the cluster settled), one record per topic + flush."""
+        healed = self.world.faults.healed_at_ms() + settle_ms(self.workload.options)
+        wait_ms = healed - self.world.now_ms()
+        if wait_ms > 0:
+            await asyncio.sleep(wait_ms / 1000)
+        self.world.trace("healed")
+        for topic in sorted(self.workload.topics):
+            await self.send(Op("send", topic), "healed")
+        await self.flush(Op("flush"))
 
     def spawn(self, coro: Any, cancel_after_ms: int = -1) -> None:
         task = self.world.loop.create_task(coro)
@@ -206,6 +238,7 @@ class _Execution:
             self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=False)
             return
         self.rec.returned(records)
+        sent.done = future.done
         future.add_done_callback(self._resolver(sent))
 
     def _resolver(self, sent: Sent) -> Callable[[DeliveryFuture], None]:
@@ -235,6 +268,8 @@ class _Execution:
             for r in records:
                 r.headers = records[0].headers
         self.rec.returned(records)
+        for r in records:
+            r.done = bulk.done
         self.spawn(self.watch_bulk(bulk, records))
 
     async def watch_bulk(self, bulk: BulkDelivery, records: list[Sent]) -> None:
@@ -286,7 +321,7 @@ class _Execution:
             self.rec.problems.append(f"flush() raised {exc!r}")
             return
         for sent in self.rec.records:
-            if 0 <= sent.ret_tick < call_tick and sent.how == "send" and sent.resolved_ms < 0:
+            if 0 <= sent.ret_tick < call_tick and sent.done is not None and not sent.done():
                 self.rec.problems.append(
                     f"flush() returned before record {sent.value.decode()} resolved"
                 )

@@ -129,7 +129,7 @@ class Sent:
     key: bytes | None
     headers: tuple[Header, ...]
     topic: str
-    how: str  # send | send_many | send_and_wait | racing
+    how: str  # send | send_many | send_and_wait | racing | healed
     call_id: int
     index: int  # position within its call
     call_tick: int
@@ -142,6 +142,8 @@ class Sent:
     outcome: str = "pending"
     metadata: RecordMetadata | None = None
     error: BaseException | None = None
+    #: Whether the delivery finished (the future's or the bulk's ``done``), once queued.
+    done: Callable[[], bool] | None = None
 
 
 @dataclass(slots=True)

@@ -103,10 +103,15 @@ class SimWorld:
         alive = [i for i, b in sorted(cluster.brokers.items()) if b.alive]
         if not alive:
             return
+        new_port = kind == "restart_new_port"
+        if new_port:
+            # Broker 0 keeps its port: the bootstrap list must lead somewhere once it is up
+            # (a producer cannot find a cluster whose every address it knows has moved).
+            alive = [i for i in alive if i != 0] or alive
+            new_port = alive != [0]
         node = self._rng.choice(alive)
         cluster.stop_broker(node)
         self.network.cut_broker(node)
-        new_port = kind == "restart_new_port"
         self.loop.call_later(down_ms / 1000, self._restart, node, new_port)
 
     def _restart(self, node: int, new_port: bool) -> None:
