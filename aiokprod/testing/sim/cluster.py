@@ -75,6 +75,7 @@ UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 
 Trace = Callable[[str], None]
+_REJECTIONS = ("not_leader", "not_enough_replicas", "unknown_producer_id")
 
 
 @dataclass(slots=True)
@@ -392,8 +393,7 @@ class SimCluster:
         if acks not in (-1, 0, 1):
             self.violations.append(f"Produce with acks={acks}")
             return answer(INVALID_REQUIRED_ACKS)
-        stale = self.faults.roll(("not_leader",), now_ms) is not None
-        if part.leader != broker.node_id or stale:
+        if part.leader != broker.node_id:
             response = answer(NOT_LEADER_OR_FOLLOWER)
             if version >= 10 and part.leader >= 0:
                 response.current_leader = LeaderIdAndEpoch(
@@ -413,17 +413,30 @@ class SimCluster:
             self.violations.append(f"Produce {topic}-{index}: {len(batches)} batches or bad flags")
             return answer(INVALID_RECORD)
         batch = batches[0]
-        if self.faults.roll(("not_enough_replicas",), now_ms):
-            return answer(NOT_ENOUGH_REPLICAS)
-        # Only where the producer has state: with none, a 4.x broker accepts any sequence,
-        # and rejecting the first batch while accepting the next would be neither broker.
-        if (
-            batch.producer_id in part.log.producers
-            and part.log.would_append(batch)
-            and self.faults.roll(("unknown_producer_id",), now_ms)
-        ):
-            self.trace(f"produce {topic}-{index}: injected UNKNOWN_PRODUCER_ID")
-            return answer(UNKNOWN_PRODUCER_ID)
+        # Injected rejections strike only where the producer has state on the partition (or
+        # is not idempotent): without state a 4.x broker accepts the next in-flight batch with
+        # any sequence (KIP-360), and then no client, Java's included, avoids a duplicate.
+        if batch.producer_id < 0 or batch.producer_id in part.log.producers:
+            fault = self.faults.roll(_REJECTIONS, now_ms)
+            if fault is not None and fault.kind == "not_leader":
+                self.trace(f"produce {topic}-{index}: injected stale NOT_LEADER_OR_FOLLOWER")
+                response = answer(NOT_LEADER_OR_FOLLOWER)
+                if version >= 10:
+                    response.current_leader = LeaderIdAndEpoch(
+                        leader_id=part.leader, leader_epoch=part.leader_epoch
+                    )
+                return response
+            if fault is not None and fault.kind == "not_enough_replicas":
+                self.trace(f"produce {topic}-{index}: injected NOT_ENOUGH_REPLICAS")
+                return answer(NOT_ENOUGH_REPLICAS)
+            if (
+                fault is not None
+                and fault.kind == "unknown_producer_id"
+                and batch.producer_id >= 0
+                and part.log.would_append(batch)
+            ):
+                self.trace(f"produce {topic}-{index}: injected UNKNOWN_PRODUCER_ID")
+                return answer(UNKNOWN_PRODUCER_ID)
         result = part.log.append(batch, replicated=acks != 1)
         self.trace(
             f"produce {topic}-{index} pid={batch.producer_id} e={batch.producer_epoch} "
