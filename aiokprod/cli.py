@@ -9,8 +9,8 @@
     aiokprod perf -b 127.0.0.1:9092 -t perf --num-records 1000000 --record-size 100
 
 ``-X name=value`` sets any producer option (the Java name ``linger.ms`` works too); the value
-is converted to the option's type as :class:`~aiokprod.ProducerConfig` declares it, and the
-producer validates it as usual. ``--producer-config FILE`` reads ``name=value`` lines (use
+is read as the option table (aiokprod/config/table.py) types the option, and the producer
+validates it as usual. ``--producer-config FILE`` reads ``name=value`` lines (use
 it for credentials: a command line is visible to every user of the machine). Options are
 never printed. ``--bootstrap-servers`` defaults to ``$KAFKA_BOOTSTRAP_SERVERS``.
 
@@ -32,16 +32,14 @@ import random
 import sys
 import threading
 import time
-import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
 from aiokprod import __version__
-from aiokprod import config as config_module
-from aiokprod.config import ProducerConfig
+from aiokprod.config import OPTIONS, ProducerConfig, option_for_java_name, option_from_text
 from aiokprod.errors import ConfigError, KafkaError
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.producer import Producer
@@ -50,8 +48,6 @@ __all__ = ["build_parser", "main", "parse_option", "producer_options"]
 
 #: Options that cannot come from a command line: objects, or given by their own flag.
 _NOT_FROM_CLI = {"bootstrap_servers": "use --bootstrap-servers"}
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
 #: At most this many latencies are kept for the percentiles (as Java's ProducerPerformance).
 _MAX_LATENCY_SAMPLES = 500_000
 _MB = 1024 * 1024
@@ -64,77 +60,38 @@ class UsageError(Exception):
 # --- -X option typing ---------------------------------------------------------------------
 
 
-def _option_types() -> dict[str, Any]:
-    return typing.get_type_hints(ProducerConfig)
-
-
-def _scalar_types(hint: Any) -> set[type]:
-    """The scalar types an option's annotation allows (``int | None`` -> {int})."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        found: set[type] = set()
-        for arg in typing.get_args(hint):
-            found |= _scalar_types(arg)
-        return found
-    if hint in (bool, int, float, str):
-        return {hint}
-    if hint is getattr(config_module, "Secret", None):
-        return {str}  # a password option: the config wraps the text in a Secret
-    return set()
-
-
-def _convert(name: str, text: str, allowed: set[type]) -> object:
-    if bool in allowed:
-        lowered = text.strip().lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return False
-        raise UsageError(f"-X {name}: expected true or false, got {text!r}")
-    if int in allowed:
-        try:
-            return int(text)
-        except ValueError:
-            if str not in allowed and float not in allowed:
-                # Not a number: hand the text over, the option's own check explains what
-                # it accepts (acks=all is an int option that takes "all").
-                return text
-    if float in allowed:
-        try:
-            return float(text)
-        except ValueError:
-            if str not in allowed:
-                raise UsageError(f"-X {name}: expected a number, got {text!r}") from None
-    return text
-
-
 def parse_option(assignment: str) -> tuple[str, object]:
-    """Turn ``-X name=value`` into a producer option, typed as ProducerConfig declares it.
+    """Turn ``-X name=value`` into a producer option, read as the option table says.
 
-    ``name`` may be the Java spelling (``linger.ms``) or ours (``linger_ms``). Booleans
-    accept true/false/yes/no/on/off/1/0; integers are parsed (``acks=all`` stays a string,
-    which the producer accepts).
+    ``name`` may be ours (``linger_ms``), its Java name (``linger.ms``,
+    ``compression.zstd.level``, see ``aiokprod.config.JAVA_NAMES``), or ours with dots or
+    dashes. Values are read by :func:`aiokprod.config.option_from_text`: booleans accept
+    true/false/yes/no/on/off/1/0; integers are parsed (``acks=all`` stays a string, which
+    the producer accepts).
 
     Raises:
         UsageError: no ``=``, an unknown option (with a suggestion), an option that
             needs a Python object (serializers, interceptors), or a malformed value.
     """
-    name, sep, text = assignment.partition("=")
-    name = name.strip().replace(".", "_").replace("-", "_")
+    raw, sep, text = assignment.partition("=")
+    raw = raw.strip()
+    name = option_for_java_name(raw) or raw.replace(".", "_").replace("-", "_")
     if not sep or not name:
         raise UsageError(f"-X expects name=value, got {assignment!r}")
-    hints = _option_types()
     if name in _NOT_FROM_CLI:
         raise UsageError(f"-X {name}: {_NOT_FROM_CLI[name]}")
-    if name not in hints:
-        close = difflib.get_close_matches(name, list(hints), n=1)
+    if name not in OPTIONS:
+        close = difflib.get_close_matches(name, list(OPTIONS), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise UsageError(f"-X {name}: not a producer option{hint}")
-    allowed = _scalar_types(hints[name])
-    if not allowed:
+    if OPTIONS[name].text_type is None:
         raise UsageError(
             f"-X {name}: takes a Python object; it cannot be set from the command line"
         )
-    return name, _convert(name, text, allowed)
+    try:
+        return name, option_from_text(name, text)
+    except ConfigError as exc:
+        raise UsageError(f"-X {exc}") from None
 
 
 def read_properties(path: str) -> list[str]:
@@ -338,12 +295,12 @@ async def _read_chunks(stream: IO[bytes]) -> typing.AsyncIterator[bytes]:
             while True:
                 try:
                     item = read(65536)
-                except Exception as exc:
-                    item = exc
+                except Exception as exc:  # noqa: BLE001 - any read error goes to the loop,
+                    item = exc  # which reports it; a lost one would leave the loop waiting
                 asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
                 if not isinstance(item, bytes) or not item:
                     return
-        except BaseException:  # the loop is gone (the command ended or was interrupted)
+        except BaseException:  # noqa: BLE001 - the loop is gone (the command ended or stopped)
             return
 
     threading.Thread(target=reader, name="aiokprod-cli-reader", daemon=True).start()

@@ -18,17 +18,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
-from array import array
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time as _time
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 
 from aiokprod import __version__
 from aiokprod.clock import SYSTEM_CLOCK, Clock
-from aiokprod.config import ProducerConfig
+from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -36,9 +35,9 @@ from aiokprod.errors import (
     KafkaTimeoutError,
     ProducerClosedError,
     ProducerCrashedError,
-    RecordTooLargeError,
 )
-from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.accumulator import RecordAccumulator, batch_of_one_size
+from aiokprod.internals.appender import RecordAppender
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery
@@ -47,7 +46,7 @@ from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, murmur3_hasher
 from aiokprod.internals.sender import Sender
-from aiokprod.internals.serialization import apply_serializer, serialize_headers, to_bytes
+from aiokprod.internals.serialization import serialize_headers, serialize_key, serialize_value
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
@@ -55,17 +54,10 @@ from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
 from aiokprod.net.transport import Transport
 from aiokprod.protocol.compression import codec_for_name
-from aiokprod.protocol.records import (
-    BATCH_HEADER_SIZE,
-    NOT_APPENDED,
-    RECORD_FRAMING_BOUND,
-)
-from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
+from aiokprod.types import Header, ProducerRecord, RecordMetadata
 
 log = get_logger("aiokprod.producer")
 
-#: A batch header plus a record's framing bytes at their largest (key, value, headers aside).
-_BATCH_OF_ONE_OVERHEAD = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
 #: Record timestamps are int64 milliseconds on the wire.
 MAX_TIMESTAMP_MS = 2**63 - 1
 
@@ -84,6 +76,27 @@ def _pairs(keys: Iterable[Any] | None, values: Iterable[Any]) -> Iterable[tuple[
     if keys is None:
         return ((None, value) for value in values)
     return zip(keys, values, strict=True)
+
+
+def _bulk_columns(
+    keys: Iterable[Any] | None, values: Iterable[Any]
+) -> tuple[list[Any] | None, Iterable[Any]]:
+    """Check ``send_many``'s columns; keyed ones become lists of the same length."""
+    for name, column in (("values", values), ("keys", keys)):
+        if column is None and name == "keys":
+            continue
+        if isinstance(column, str | bytes | bytearray) or not isinstance(column, Iterable):
+            raise InvalidArgumentError(
+                f"{name} must be an iterable of record {name}, got {type(column).__name__}"
+            )
+    if keys is None:
+        return None, values
+    key_list, value_list = list(keys), list(values)
+    if len(key_list) != len(value_list):
+        raise InvalidArgumentError(
+            f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
+        )
+    return key_list, value_list
 
 
 class _State(enum.Enum):
@@ -116,7 +129,7 @@ class Producer:
         transport: Transport | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        **options: Any,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         if config is not None:
             if bootstrap_servers is not None or options:
@@ -152,8 +165,17 @@ class Producer:
             cfg.retry_backoff_ms,
             cfg.retry_backoff_max_ms,
         )
-        self._partitions = PartitionChooser(
-            cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng=self._rng
+        self._appender = RecordAppender(
+            self._acc,
+            self._budget,
+            PartitionChooser(
+                cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng=self._rng
+            ),
+            record_limit=min(cfg.max_request_size, cfg.buffer_memory),
+            max_block_ms=cfg.max_block_ms,
+            max_request_size=cfg.max_request_size,
+            clock=self._clock,
+            check_running=self._check_running,
         )
         # Keyed records with a built-in partitioner skip the chooser (the per-record path).
         self._hash_keys = (
@@ -162,13 +184,11 @@ class Producer:
             and not cfg.partitioner_ignore_keys
         )
         self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
-        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._interceptors = cfg.interceptors
         self._max_block_s = cfg.max_block_ms / 1000
-        self._record_limit = min(cfg.max_request_size, cfg.buffer_memory)
         self._sender: Sender | None = None
         self._fetcher: MetadataFetcher | None = None
         self._pool: ConnectionPool | None = None
@@ -269,13 +289,15 @@ class Producer:
                     spawn,
                     self._stats,
                     clock=self._clock,
+                    rng=self._rng,
                 )
+                self._appender.wakeup = self._sender.wakeup
                 tg.start_soon(self._sender.run)
                 ready.set_result(None)
                 await self._sender.wait_stopped()
                 self._pool.close_all()
                 tg.cancel_scope.cancel()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the root task: every ending is handled
             if not ready.done():
                 ready.set_exception(exc)
                 return
@@ -416,64 +438,41 @@ class Producer:
         if info is None or (partition is not None and partition >= info.num_partitions):
             started = self._clock.monotonic_ms()
             info = await self._wait_for_topic(topic, partition)
-        # The common types are handled inline: this runs once per record.
-        if self._key_serializer is not None:
-            key = apply_serializer(self._key_serializer, key, "key")
-        elif key is not None and type(key) is not bytes:
-            key = to_bytes(key, "key")
-        if self._value_serializer is not None:
-            value = apply_serializer(self._value_serializer, value, "value")
-        elif value is not None and type(value) is not bytes:
-            value = to_bytes(value, "value")
+        # Inline guards for the common types (this runs once per record); anything else
+        # goes through the shared serializers.
+        if self._key_serializer is not None or (key is not None and type(key) is not bytes):
+            key = serialize_key(self._key_serializer, key)
+        if self._value_serializer is not None or (value is not None and type(value) is not bytes):
+            value = serialize_value(self._value_serializer, value)
         header_bytes = serialize_headers(headers) if headers else None
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
-        # The most this record can take in a batch of its own (record_size_upper_bound).
-        size = _BATCH_OF_ONE_OVERHEAD + (key_size if key_size > 0 else 0)
-        if value_size > 0:
-            size += value_size
-        size += len(header_bytes) if header_bytes is not None else 1
-        if size > self._record_limit:
-            raise self._too_large(size)
+        appender = self._appender
+        size = batch_of_one_size(key_size, value_size, len(header_bytes) if header_bytes else 0)
+        if size > appender.record_limit:
+            raise appender.too_large(size)
         if timestamp_ms is None:
             timestamp_ms = int(_time() * 1000)
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise _bad_timestamp(timestamp_ms)
-        num_partitions = len(info.partitions)
         sticky = None
         if partition is None:
             if key is not None and self._hash_keys:
-                partition = self._hasher.partition(key, num_partitions)
+                partition = self._hasher.partition(key, len(info.partitions))
             else:
-                partition, sticky = self._partitions.choose(
-                    topic, key, num_partitions, info.available
+                partition, sticky = appender.partitions.choose(
+                    topic, key, len(info.partitions), info.available
                 )
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) != num_partitions:
-            tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
-        tp = tps[partition]
-        acc = self._acc
-        appended = acc.try_append(tp, timestamp_ms, key, value, header_bytes)
+        tp = appender.partitions_of(topic, len(info.partitions))[partition]
+        appended = appender.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
         if appended is None:
-            batch, index = await self._append_new_batch(
-                tp, timestamp_ms, key, value, header_bytes, started
+            appended = await appender.append_new_batch(
+                tp, timestamp_ms, key, value, header_bytes, sticky, info, started
             )
-            new_batch = True
-        else:
-            batch, index = appended
-            new_batch = False
-        if sticky is not None:
-            # KIP-794: count what went to the sticky partition; switch after a batch's worth.
-            sticky.produced_bytes += size if new_batch else size - BATCH_HEADER_SIZE
-            if sticky.produced_bytes >= sticky.batch_size:
-                sticky.maybe_switch(acc.last_batch_full(tp), num_partitions, info.available)
+        batch, index = appended
         handle = DeliveryFuture(batch.result, index, tp, timestamp_ms, key_size, value_size)
         if batch.handles is not None:
             batch.handles.append(handle)
-        if new_batch or batch.is_full:
-            sender = self._sender
-            if sender is not None:
-                sender.wakeup()
         return handle
 
     async def send_many(
@@ -521,22 +520,7 @@ class Producer:
             raise self._not_running()
         if asyncio.get_running_loop() is not self._loop:
             raise self._wrong_loop()
-        if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
-            raise InvalidArgumentError(
-                f"values must be an iterable of record values, got {type(values).__name__}"
-            )
-        if keys is not None and (
-            isinstance(keys, (str, bytes, bytearray)) or not isinstance(keys, Iterable)
-        ):
-            raise InvalidArgumentError(
-                f"keys must be an iterable of record keys or None, got {type(keys).__name__}"
-            )
-        if keys is not None:
-            keys, values = list(keys), list(values)
-            if len(keys) != len(values):
-                raise InvalidArgumentError(
-                    f"send_many: {len(keys)} keys for {len(values)} values (nothing queued)"
-                )
+        keys, values = _bulk_columns(keys, values)
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
@@ -551,32 +535,41 @@ class Producer:
                 timestamp_ms = int(_time() * 1000)
             elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
                 raise _bad_timestamp(timestamp_ms)
-            num_partitions = len(info.partitions)
-            tps = self._tps.get(topic)
-            if tps is None or len(tps) != num_partitions:
-                tps = self._tps[topic] = tuple(
-                    TopicPartition(topic, p) for p in range(num_partitions)
-                )
+            appender = self._appender
             if keys is not None:
-                # Materialized once: the keyed path reads them twice, and hands them to the
-                # per-record path below on a None key.
-                keys = key_list = list(keys)
-                values = value_list = list(values)
-                if (
-                    partition is None
-                    and header_bytes is None
-                    and self._hash_keys
-                    and await self._send_many_keyed(
-                        bulk, topic, key_list, value_list, timestamp_ms, info, tps, started
+                if partition is None and header_bytes is None and self._hash_keys:
+                    key_list, value_list = list(keys), list(values)
+                    partitions = appender.prepare_keyed(
+                        key_list,
+                        value_list,
+                        self._key_serializer,
+                        self._value_serializer,
+                        self._hasher,
+                        len(info.partitions),
                     )
-                ):
-                    return bulk
-            elif partition is not None or self._partitions.is_sticky_for_unkeyed:
-                serializer = self._value_serializer
-                if serializer is not None:
-                    values = (apply_serializer(serializer, v, "value") for v in values)
-                await self._send_many_unkeyed(
-                    bulk, topic, values, partition, timestamp_ms, header_bytes, info, tps, started
+                    if partitions is not None:
+                        await appender.append_keyed(
+                            bulk,
+                            topic,
+                            key_list,
+                            value_list,
+                            partitions,
+                            timestamp_ms,
+                            info,
+                            started,
+                        )
+                        return bulk
+            elif partition is not None or appender.partitions.is_sticky_for_unkeyed:
+                await appender.append_values(
+                    bulk,
+                    topic,
+                    values,
+                    self._value_serializer,
+                    partition,
+                    timestamp_ms,
+                    header_bytes,
+                    info,
+                    started,
                 )
                 return bulk
         # Everything else (interceptors, a custom or round-robin partitioner, keyed records
@@ -593,195 +586,6 @@ class Producer:
             )
         return bulk
 
-    async def _send_many_unkeyed(
-        self,
-        bulk: BulkDelivery,
-        topic: str,
-        values: Iterable[Any],
-        partition: int | None,
-        timestamp_ms: int,
-        header_bytes: bytes | None,
-        info: TopicInfo,
-        tps: tuple[TopicPartition, ...],
-        started: int,
-    ) -> None:
-        """``send_many`` for unkeyed records going to one partition at a time.
-
-        The partition (explicit, or the sticky one) only changes when a batch fills, so each
-        batch is filled by one ``append_values`` call (the builder's inner loop), and the
-        sticky partitioner's bookkeeping happens once per batch instead of once per record.
-        Values that are not ``bytes`` and records with headers take ``try_append``.
-        """
-        acc = self._acc
-        batch_size = acc.batch_size
-        num_partitions = len(info.partitions)
-        overhead = _BATCH_OF_ONE_OVERHEAD + (len(header_bytes) if header_bytes else 1)
-        largest_value = self._record_limit - overhead
-        value_sizes = bulk._value_sizes
-        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
-        remaining = iter(values)
-        pending: Any = NOT_APPENDED  # the value the last attempt handed back
-        while True:
-            if pending is NOT_APPENDED:
-                pending = next(remaining, NOT_APPENDED)
-                if pending is NOT_APPENDED:
-                    return
-            if pending is not None and type(pending) is not bytes:
-                pending = to_bytes(pending, "value")
-            size = -1 if pending is None else len(pending)
-            if size > largest_value:
-                raise self._too_large(size + overhead)
-            if partition is not None:
-                p, sticky = partition, None
-            else:
-                p, sticky = self._partitions.choose(topic, None, num_partitions, info.available)
-            tp = tps[p]
-            # The pending value opens the run: into the open batch, or a new one.
-            appended = acc.try_append(tp, timestamp_ms, None, pending, header_bytes)
-            if appended is None:
-                batch, index = await self._append_new_batch(
-                    tp, timestamp_ms, None, pending, header_bytes, started
-                )
-                wake()
-            else:
-                batch, index = appended
-            builder = batch.builder
-            if builder is None:  # pragma: no cover - just appended to: still open
-                raise IllegalStateError("batch closed during an append")
-            before = builder.size_in_bytes
-            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
-            pending = NOT_APPENDED
-            if not builder.full:
-                start = builder.record_count
-                if header_bytes is None:
-                    pending = builder.append_values(
-                        timestamp_ms, remaining, batch_size, largest_value, value_sizes
-                    )
-                    added = builder.record_count - start
-                else:
-                    added = 0
-                    for value in remaining:
-                        if value is not None and type(value) is not bytes:
-                            value = to_bytes(value, "value")
-                        if (
-                            builder.try_append(timestamp_ms, None, value, header_bytes, batch_size)
-                            < 0
-                        ):
-                            pending = value
-                            break
-                        value_sizes.append(-1 if value is None else len(value))
-                        added += 1
-                        if builder.full:
-                            break
-                if added:
-                    bulk._extend_last(added, timestamp_ms)
-            if builder.full:
-                batch.is_full = True
-                wake()
-            if sticky is not None:
-                sticky.produced_bytes += builder.size_in_bytes - before + size
-                sticky.maybe_switch(batch.is_full, num_partitions, info.available)
-
-    async def _send_many_keyed(
-        self,
-        bulk: BulkDelivery,
-        topic: str,
-        keys: list[Any],
-        values: list[Any],
-        timestamp_ms: int,
-        info: TopicInfo,
-        tps: tuple[TopicPartition, ...],
-        started: int,
-    ) -> bool:
-        """``send_many`` for keyed records, grouped by partition; False if it does not apply.
-
-        Every record is serialized, checked and hashed first (so bad input raises before
-        anything is queued); then the records are appended partition by partition, in input
-        order within each partition (which is all Kafka orders), one builder call per
-        batch. A key that is None sends the call back to the per-record path (False).
-        """
-        key_list = list(keys)
-        value_list = list(values)
-        if len(key_list) != len(value_list):
-            raise InvalidArgumentError(
-                f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
-            )
-        key_serializer = self._key_serializer
-        value_serializer = self._value_serializer
-        for i, key in enumerate(key_list):
-            if key_serializer is not None:
-                key = key_list[i] = apply_serializer(key_serializer, key, "key")
-            elif type(key) is not bytes and key is not None:
-                key = key_list[i] = to_bytes(key, "key")
-            if key is None:
-                return False
-        limit = self._record_limit - _BATCH_OF_ONE_OVERHEAD - 1
-        for i, value in enumerate(value_list):
-            if value_serializer is not None:
-                value = value_list[i] = apply_serializer(value_serializer, value, "value")
-            elif value is not None and type(value) is not bytes:
-                value = value_list[i] = to_bytes(value, "value")
-            size = len(key_list[i]) + (0 if value is None else len(value))
-            if size > limit:
-                raise self._too_large(size + _BATCH_OF_ONE_OVERHEAD + 1)
-        partitions = self._hasher.partitions(key_list, len(info.partitions))
-        # A stable sort: records of one partition stay in input order.
-        by_partition = sorted(range(len(key_list)), key=partitions.__getitem__)
-        acc = self._acc
-        batch_size = acc.batch_size
-        wake = self._sender.wakeup if self._sender is not None else _no_wakeup
-        bulk._order = order = array("i")
-        key_sizes = bulk._key_sizes
-        value_sizes = bulk._value_sizes
-        run_start = 0
-        total = len(by_partition)
-        while run_start < total:
-            p = partitions[by_partition[run_start]]
-            run_end = run_start
-            while run_end < total and partitions[by_partition[run_end]] == p:
-                run_end += 1
-            tp = tps[p]
-            indexes = iter(by_partition[run_start:run_end])
-            run_start = run_end
-            pending = next(indexes, -1)
-            while pending >= 0:
-                i, pending = pending, -1
-                key, value = key_list[i], value_list[i]
-                appended = acc.try_append(tp, timestamp_ms, key, value, None)
-                if appended is None:
-                    batch, index = await self._append_new_batch(
-                        tp, timestamp_ms, key, value, None, started
-                    )
-                    wake()
-                else:
-                    batch, index = appended
-                key_sizes.append(len(key))
-                value_sizes.append(-1 if value is None else len(value))
-                order.append(i)
-                bulk._add_run(batch.result, tp, index, 1, timestamp_ms)
-                builder = batch.builder
-                if builder is not None and not builder.full:
-                    start = builder.record_count
-                    pending = builder.append_keyed(
-                        timestamp_ms,
-                        key_list,
-                        value_list,
-                        indexes,
-                        batch_size,
-                        key_sizes,
-                        value_sizes,
-                        order,
-                    )
-                    added = builder.record_count - start
-                    if added:
-                        bulk._add_run(batch.result, tp, start, added, timestamp_ms)
-                if builder is None or builder.full:
-                    batch.is_full = True
-                    wake()
-                if pending < 0 and batch.is_full:
-                    pending = next(indexes, -1)
-        return True
-
     async def _wait_for_topic(self, topic: str, partition: int | None) -> TopicInfo:
         if type(topic) is not str or not topic:
             raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
@@ -794,47 +598,6 @@ class Producer:
         if not self._running():
             raise self._not_running()
         return info
-
-    def _too_large(self, size: int) -> KafkaError:
-        return RecordTooLargeError(
-            f"the record is {size} bytes when serialized, larger than max_request_size "
-            f"({self._config.max_request_size}) or buffer_memory ({self._config.buffer_memory})"
-        )
-
-    async def _append_new_batch(
-        self,
-        tp: TopicPartition,
-        timestamp_ms: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: bytes | None,
-        started: int,
-    ) -> tuple[Any, int]:
-        # A checkpoint once per batch (not per record) while other batches wait: lets the
-        # sender run between the batches of a tight send loop. Nothing is queued yet, so
-        # cancellation here loses nothing. With nothing queued (a lone send_and_wait) there
-        # is nothing for the sender to do, and the record goes out without the extra turn.
-        if self._acc.has_undrained():
-            await asyncio.sleep(0)
-        if not self._running():
-            raise self._not_running()
-        if self._sender is not None and self._sender.fatal_error is not None:
-            raise self._sender.fatal_error
-        acc = self._acc
-        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
-        if appended is not None:
-            return appended
-        need = acc.new_batch_size(key, value, headers)
-        if not self._budget.try_reserve(need):
-            spent = (self._clock.monotonic_ms() - started) / 1000 if started >= 0 else 0.0
-            if self._sender is not None:
-                self._sender.wakeup()  # memory is short: drain everything now
-            await self._budget.reserve(need, max(self._max_block_s - spent, 0.0))
-            if not self._running():
-                self._budget.release(need)
-                raise self._not_running()
-        now_ms = self._clock.monotonic_ms()
-        return acc.append_new_batch(tp, timestamp_ms, key, value, headers, now_ms, need)
 
     def _on_send(
         self, record: ProducerRecord
@@ -966,6 +729,13 @@ class Producer:
             "requests_in_flight": pool.in_flight_requests() if pool else 0,
             "metadata_version": self._metadata.version,
         }
+
+    def _check_running(self) -> None:
+        """Raise if the producer stopped (or hit a fatal error) while a send awaited."""
+        if not self._running():
+            raise self._not_running()
+        if self._sender is not None and self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
 
     def _wrong_loop(self) -> KafkaError:
         return IllegalStateError(

@@ -34,11 +34,11 @@ import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from anyio.from_thread import start_blocking_portal
 
-from aiokprod.config import ProducerConfig
+from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import IllegalStateError, KafkaTimeoutError, ProducerClosedError
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.logs import get_logger
@@ -91,7 +91,7 @@ class SyncProducer:
         bootstrap_servers: str | Sequence[str] | None = None,
         *,
         config: ProducerConfig | None = None,
-        **options: Any,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         if config is not None:
             if bootstrap_servers is not None or options:

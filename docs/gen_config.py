@@ -1,14 +1,20 @@
-"""Generate the option tables of docs/configuration.md from the code.
+"""Generate what the option table in aiokprod/config/table.py implies, and check it is current.
 
-The names, types and defaults come from ``aiokprod.config.ProducerConfig``'s fields; the Java
-names and descriptions from ``OPTION_DOCS`` beside them in aiokprod/config.py. Two uses:
+Two generated sections, both from ``aiokprod.config.OPTIONS`` (the rows of ``ProducerConfig``):
+
+* the option tables of docs/configuration.md (names, types, defaults, Java names, texts,
+  grouped as the table groups them);
+* the ``ProducerOptions`` TypedDict in aiokprod/config/table.py, from each option's
+  ``accepts`` type, so that type checkers know ``Producer(**options)``.
+
+Two uses:
 
 * mkdocs hook (``hooks:`` in mkdocs.yml): at build time the section between the markers in
-  configuration.md is replaced with freshly generated tables. A field without a description,
-  or a committed section that differs from the generated one, is logged as a warning, so
+  configuration.md is replaced with freshly generated tables. A committed section (of either
+  file) that differs from the generated one is logged as a warning, so
   ``mkdocs build --strict`` (``make docs``) fails and says what to do.
-* script: ``python docs/gen_config.py`` prints the section; ``--write`` updates
-  configuration.md in place; ``--check`` exits with 1 when the committed section is stale.
+* script: ``python docs/gen_config.py`` prints the docs section; ``--write`` updates both
+  files in place; ``--check`` exits with 1 when either committed section is stale.
 """
 
 from __future__ import annotations
@@ -21,67 +27,20 @@ from pathlib import Path
 from typing import Any
 
 PAGE = Path(__file__).resolve().parent / "configuration.md"
-START = "<!-- generated from aiokprod/config.py by docs/gen_config.py: edit the code, not this -->"
+START = (
+    "<!-- generated from aiokprod/config/table.py by docs/gen_config.py: "
+    "edit the code, not this -->"
+)
 END = "<!-- end of generated options -->"
+TABLE = Path(__file__).resolve().parents[1] / "aiokprod" / "config" / "table.py"
+TYPED_START = "# <generated ProducerOptions>"
+TYPED_END = "# </generated ProducerOptions>"
+#: Options passed by position or by their own parameter, not as ``**options``.
+NOT_KEYWORD = ("bootstrap_servers",)
 
-#: Sections of the reference, in order; options not listed land in "Other options".
-GROUPS: dict[str, tuple[str, ...]] = {
-    "Connecting": (
-        "bootstrap_servers",
-        "client_id",
-        "socket_connection_setup_timeout_ms",
-        "reconnect_backoff_ms",
-        "reconnect_backoff_max_ms",
-        "connections_max_idle_ms",
-    ),
-    "Delivery": (
-        "acks",
-        "enable_idempotence",
-        "delivery_timeout_ms",
-        "request_timeout_ms",
-        "max_in_flight_requests_per_connection",
-        "retries",
-        "retry_backoff_ms",
-        "retry_backoff_max_ms",
-    ),
-    "Batching and memory": (
-        "linger_ms",
-        "batch_size",
-        "buffer_memory",
-        "max_block_ms",
-        "max_request_size",
-        "compression_type",
-        "compression_level",
-    ),
-    "Metadata and partitioning": (
-        "metadata_max_age_ms",
-        "metadata_max_idle_ms",
-        "allow_auto_create_topics",
-        "partitioner",
-        "partitioner_ignore_keys",
-    ),
-    "Security (TLS and SASL)": (
-        "security_protocol",
-        "ssl_context",
-        "ssl_cafile",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_password",
-        "ssl_check_hostname",
-        "sasl_mechanism",
-        "sasl_plain_username",
-        "sasl_plain_password",
-        "sasl_oauth_token_provider",
-    ),
-    "Serialization and hooks": ("key_serializer", "value_serializer", "interceptors"),
-}
 _BYTE_OPTIONS = ("batch_size", "buffer_memory", "max_request_size")
-_SPECIAL_DEFAULTS = {
-    "bootstrap_servers": "(required)",
-    "client_id": "`aiokprod-producer-N`",
-    "acks": '`"all"` (-1)',
-    "retries": "`2147483647` (Java's `Integer.MAX_VALUE`)",
-}
+#: How the reference shows a type where the stored one is not what users pass.
+_SHOWN_TYPES = {"bootstrap_servers": "str | list[str]", "acks": 'int | "all"'}
 
 log = logging.getLogger("mkdocs.hooks.gen_config")
 
@@ -99,22 +58,19 @@ def _duration(ms: int) -> str:
     return f"{ms / 1000:g} s"
 
 
-def render_default(field: dataclasses.Field[Any]) -> str:
-    """A field's default as the reference shows it."""
-    if field.name in _SPECIAL_DEFAULTS:
-        return _SPECIAL_DEFAULTS[field.name]
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
+def render_default(option: Any) -> str:
+    """An option's default as the reference shows it."""
+    if option.shown_default is not None:
+        return str(option.shown_default)
+    value = option.default
+    if value is dataclasses.MISSING:
         return "(required)"
     if isinstance(value, bool) or value is None:
         return f"`{value}`"
     if isinstance(value, int):
-        if field.name in _BYTE_OPTIONS and value >= 1024:
+        if option.name in _BYTE_OPTIONS and value >= 1024:
             return f"`{value}` ({_bytes(value)})"
-        if field.name.endswith("_ms") and value >= 1000:
+        if option.name.endswith("_ms") and value >= 1000:
             return f"`{value}` ({_duration(value)})"
         return f"`{value}`"
     if isinstance(value, str):
@@ -122,14 +78,19 @@ def render_default(field: dataclasses.Field[Any]) -> str:
     return f"`{value!r}`"
 
 
-def render_type(field: dataclasses.Field[Any]) -> str:
-    """A field's annotation, readable in a table cell (no pipes)."""
-    text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
-    if field.name == "bootstrap_servers":
-        text = "str | list[str]"
-    if field.name == "acks":
-        text = 'int | "all"'
+def render_type(option: Any) -> str:
+    """An option's stored type, readable in a table cell (no pipes)."""
+    text = _SHOWN_TYPES.get(option.name, option.type)
     return " or ".join(f"`{part.strip()}`" for part in text.split("|"))
+
+
+def render_java(option: Any) -> str:
+    """The Java side of an option: its exact names, or a note, or a dash."""
+    if option.java:
+        return "Java: " + " / ".join(f"`{name}`" for name in option.java)
+    if option.java_note:
+        return f"Java: `{option.java_note}`"
+    return "Java: —"
 
 
 def _cell(text: str) -> str:
@@ -137,50 +98,60 @@ def _cell(text: str) -> str:
 
 
 def generate() -> tuple[str, list[str]]:
-    """The generated section (markers included) and the problems found."""
-    from aiokprod.config import OPTION_DOCS, ProducerConfig
+    """The generated docs section (markers included) and the problems found."""
+    from aiokprod.config import OPTIONS
 
-    fields = {f.name: f for f in dataclasses.fields(ProducerConfig)}
-    problems = [
-        f"ProducerConfig.{name} has no description: add it to OPTION_DOCS in aiokprod/config.py"
-        for name in fields
-        if name not in OPTION_DOCS
-    ]
-    problems += [
-        f"OPTION_DOCS describes {name!r}, which is not a ProducerConfig field"
-        for name in OPTION_DOCS
-        if name not in fields
-    ]
-    grouped = {name for names in GROUPS.values() for name in names}
-    sections = dict(GROUPS)
-    others = tuple(name for name in fields if name not in grouped)
-    if others:
-        sections["Other options"] = others
+    problems = [f"option {name} has no doc text" for name, o in OPTIONS.items() if not o.doc]
+    sections: dict[str, list[Any]] = {}
+    for option in OPTIONS.values():
+        sections.setdefault(option.group, []).append(option)
     lines = [START, ""]
-    for title, names in sections.items():
-        present = [name for name in names if name in fields]
-        if not present:
-            continue
+    for title, options in sections.items():
         lines += [f"### {title}", "", "| option | default | meaning |", "|---|---|---|"]
-        for name in present:
-            doc = OPTION_DOCS.get(name)
-            java = f"Java: `{doc.java}`" if doc is not None and doc.java else "Java: —"
-            text = doc.text if doc is not None else "*(no description yet)*"
-            option = f"`{name}`<br><small>{render_type(fields[name])}; {java}</small>"
-            cells = [option, render_default(fields[name]), text]
+        for option in options:
+            name = f"`{option.name}`<br><small>{render_type(option)}; {render_java(option)}</small>"
+            cells = [name, render_default(option), option.doc]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")
     lines.append(END)
     return "\n".join(lines), problems
 
 
+def generate_typed_options() -> str:
+    """The ``ProducerOptions`` TypedDict of aiokprod/config/table.py (markers included)."""
+    from aiokprod.config import OPTIONS
+
+    lines = [
+        TYPED_START,
+        "class ProducerOptions(TypedDict, total=False):",
+        '    """The producer\'s keyword options and the types they accept (see '
+        'docs/configuration.md)."""',
+        "",
+    ]
+    lines += [f"    {o.name}: {o.accepts}" for o in OPTIONS.values() if o.name not in NOT_KEYWORD]
+    lines.append(TYPED_END)
+    return "\n".join(lines)
+
+
+def replace_between(text: str, start: str, end: str, section: str) -> str | None:
+    """``text`` with the part from ``start`` to ``end`` replaced; None if a marker is missing."""
+    if start not in text or end not in text:
+        return None
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + section + tail
+
+
 def replace_section(markdown: str, section: str) -> str | None:
     """``markdown`` with its generated section replaced; None if the markers are missing."""
-    if START not in markdown or END not in markdown:
-        return None
-    head, rest = markdown.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head + section + tail
+    return replace_between(markdown, START, END, section)
+
+
+def typed_options_current() -> bool:
+    """Whether aiokprod/config/table.py holds the ProducerOptions the table implies."""
+    source = TABLE.read_text(encoding="utf-8")
+    updated = replace_between(source, TYPED_START, TYPED_END, generate_typed_options())
+    return updated == source
 
 
 # --- mkdocs hook --------------------------------------------------------------------------
@@ -193,13 +164,18 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     section, problems = generate()
     for problem in problems:
         log.warning(problem)
+    if not typed_options_current():
+        log.warning(
+            "ProducerOptions in aiokprod/config/table.py is out of date with the option "
+            "table: run `python docs/gen_config.py --write`"
+        )
     updated = replace_section(markdown, section)
     if updated is None:
         log.warning("configuration.md lost its generated-section markers (%s ... %s)", START, END)
         return markdown
     if updated != markdown:
         log.warning(
-            "docs/configuration.md is out of date with aiokprod/config.py: "
+            "docs/configuration.md is out of date with aiokprod/config/table.py: "
             "run `python docs/gen_config.py --write`"
         )
     return updated
@@ -208,12 +184,28 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 # --- script -------------------------------------------------------------------------------
 
 
+def _update(path: Path, start: str, end: str, section: str, write: bool) -> bool | None:
+    """Whether ``path``'s section was stale (and rewritten when ``write``); None: no markers."""
+    current = path.read_text(encoding="utf-8")
+    updated = replace_between(current, start, end, section)
+    if updated is None:
+        print(f"{path}: the markers {start!r} and {end!r} are missing", file=sys.stderr)
+        return None
+    stale = updated != current
+    if stale and write:
+        path.write_text(updated, encoding="utf-8")
+        print(f"updated {path}")
+    elif stale:
+        print(f"{path} is out of date: run python docs/gen_config.py --write", file=sys.stderr)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print, write or check the generated section."""
+    """Print, write or check the generated sections."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="update docs/configuration.md")
-    action.add_argument("--check", action="store_true", help="exit 1 if it is out of date")
+    action.add_argument("--write", action="store_true", help="update both generated sections")
+    action.add_argument("--check", action="store_true", help="exit 1 if one is out of date")
     args = parser.parse_args(argv)
     section, problems = generate()
     for problem in problems:
@@ -221,20 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write and not args.check:
         print(section)
         return 1 if problems else 0
-    current = PAGE.read_text(encoding="utf-8")
-    updated = replace_section(current, section)
-    if updated is None:
-        print(f"{PAGE}: the markers {START!r} and {END!r} are missing", file=sys.stderr)
+    results = [
+        _update(PAGE, START, END, section, args.write),
+        _update(TABLE, TYPED_START, TYPED_END, generate_typed_options(), args.write),
+    ]
+    if None in results or problems:
         return 1
-    if args.check:
-        stale = updated != current
-        if stale:
-            print(f"{PAGE} is out of date: run python docs/gen_config.py --write", file=sys.stderr)
-        return 1 if stale or problems else 0
-    if updated != current:
-        PAGE.write_text(updated, encoding="utf-8")
-        print(f"updated {PAGE}")
-    return 1 if problems else 0
+    return 1 if args.check and any(results) else 0
 
 
 if __name__ == "__main__":

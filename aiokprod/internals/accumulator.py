@@ -16,11 +16,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokprod.errors import DeliveryTimeoutError, KafkaError
+from aiokprod.errors import KafkaError
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, Compressor, RecordBatchBuilder
+from aiokprod.protocol.records import (
+    BATCH_HEADER_SIZE,
+    Compressor,
+    RecordBatchBuilder,
+    record_size_upper_bound,
+)
 from aiokprod.types import TopicPartition
 
 #: A batch may be sent once it is older than this (linger), or, after a failure, once its
@@ -28,6 +33,24 @@ from aiokprod.types import TopicPartition
 FOREVER_MS = 2**62
 
 DrainFilter = Callable[[ProducerBatch], bool]
+
+#: What an append did, as the Java client's ``RecordAppendResult``: the batch, the record's
+#: index in it (0: the batch is new), and the bytes the append added (a new batch's header
+#: included). Whether the batch is now full is ``batch.is_full``. A plain tuple: this is
+#: built once per record.
+AppendResult = tuple[ProducerBatch, int, int]
+
+
+def batch_of_one_size(key_size: int, value_size: int, headers_size: int) -> int:
+    """The most bytes a record can take in a batch of its own (sizes: -1 for null).
+
+    The one size bound: a record above ``max_request_size`` or ``buffer_memory`` by this
+    measure is refused, and a new batch reserves at least this much of ``buffer_memory``.
+    ``headers_size`` is the encoded headers' length, 0 for none.
+    """
+    return BATCH_HEADER_SIZE + record_size_upper_bound(
+        max(key_size, 0), max(value_size, 0), headers_size
+    )
 
 
 @dataclass(slots=True)
@@ -91,11 +114,11 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         headers: bytes | None,
-    ) -> tuple[ProducerBatch, int] | None:
+    ) -> AppendResult | None:
         """Append to the partition's open batch; None if a new batch is needed.
 
         Returns:
-            The batch and the record's index in it, or None when the partition has no open
+            What happened (:data:`AppendResult`), or None when the partition has no open
             batch or the record does not fit (the open batch is then marked full).
         """
         dq = self._queues.get(tp)
@@ -107,15 +130,18 @@ class RecordAccumulator:
                 if index >= 0:
                     if builder.full:
                         last.is_full = True
-                    return last, index
+                    return last, index, builder.appended_bytes
                 last.is_full = True
         return None
 
     def new_batch_size(self, key: bytes | None, value: bytes | None, headers: bytes | None) -> int:
         """Bytes to reserve for a new batch that starts with this record."""
-        record = (len(key) if key else 0) + (len(value) if value else 0)
-        record += len(headers) if headers else 1
-        return max(self.batch_size, BATCH_HEADER_SIZE + record + 21)
+        size = batch_of_one_size(
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            len(headers) if headers else 0,
+        )
+        return max(self.batch_size, size)
 
     def append_new_batch(
         self,
@@ -126,11 +152,12 @@ class RecordAccumulator:
         headers: bytes | None,
         now_ms: int,
         reserved_bytes: int,
-    ) -> tuple[ProducerBatch, int]:
+    ) -> AppendResult:
         """Start a batch for ``tp`` with ``reserved_bytes`` of the budget, and append to it.
 
         The caller reserved the bytes; they are returned to the budget when the batch
         completes (or here at once if another append created a batch in the meantime).
+        A new batch's appended bytes include its header, as the Java client counts them.
         """
         appended = self.try_append(tp, timestamp_ms, key, value, headers)
         if appended is not None:
@@ -146,27 +173,13 @@ class RecordAccumulator:
             dq = self._queues[tp] = deque()
         dq.append(batch)
         self._incomplete.add(batch)
-        return batch, index
-
-    def open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
-        """The partition's newest batch if it still takes records, else None."""
-        dq = self._queues.get(tp)
-        if dq:
-            last = dq[-1]
-            if last.builder is not None and not last.is_full:
-                return last
-        return None
+        return batch, index, builder.size_in_bytes
 
     def expedite(self, tp: TopicPartition) -> None:
         """Let the partition's newest batch go without waiting out ``linger_ms``."""
         dq = self._queues.get(tp)
         if dq:
             dq[-1].expedite = True
-
-    def last_batch_full(self, tp: TopicPartition) -> bool:
-        """Whether the partition's newest batch is full (or it has none)."""
-        dq = self._queues.get(tp)
-        return not dq or dq[-1].is_full
 
     # --- sending decisions ------------------------------------------------------------------
 
@@ -352,11 +365,6 @@ class RecordAccumulator:
         """From now on every queued batch is sendable at once."""
         self._closing = True
 
-    @property
-    def flush_in_progress(self) -> bool:
-        """Whether a flush is making batches sendable."""
-        return self._flushes_in_progress > 0
-
     def incomplete_batches(self) -> list[ProducerBatch]:
         """Every batch not yet completed (queued or in flight)."""
         return list(self._incomplete)
@@ -378,10 +386,6 @@ class RecordAccumulator:
         dq = self._queues.get(tp)
         return list(dq) if dq else []
 
-    def queued_partitions(self) -> list[TopicPartition]:
-        """Partitions with queued batches."""
-        return list(self._queues)
-
     def abort_undrained(self, error: KafkaError) -> list[ProducerBatch]:
         """Fail every queued batch with ``error`` and return them (force close)."""
         aborted: list[ProducerBatch] = []
@@ -392,15 +396,3 @@ class RecordAccumulator:
             batch.fail(error, aborted=True)
             self.deallocate(batch)
         return aborted
-
-    def fail_expired(self, batches: list[ProducerBatch], now_ms: int) -> None:
-        """Fail batches returned by :meth:`expire` with a DeliveryTimeoutError."""
-        for batch in batches:
-            waited = now_ms - batch.created_ms
-            batch.fail(
-                DeliveryTimeoutError(
-                    f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} "
-                    f"expired after {waited} ms (delivery_timeout_ms={self.delivery_timeout_ms})"
-                )
-            )
-            self.deallocate(batch)

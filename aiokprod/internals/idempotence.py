@@ -123,7 +123,9 @@ class IdempotenceState:
         """
         if not self.has_producer_id:
             return False
-        state = self._state(batch.tp)
+        state = self._partitions.get(batch.tp)
+        if state is None:
+            return not batch.has_sequence  # a partition never drained before: a clean start
         if not batch.has_sequence:
             if state.in_flight and self._is_stale(state):
                 # Old-epoch batches are still out: a new-epoch batch with sequence 0 must

@@ -23,6 +23,15 @@ from aiokprod.types import TopicPartition
 NO_LEADER = -1
 
 
+def is_valid_address(node_id: int, host: str | None, port: int) -> bool:
+    """Whether a broker entry from a response can be connected to at all.
+
+    A broken or hostile broker may name hosts and ports that cannot exist; such entries are
+    left out of the view rather than handed to the connection layer.
+    """
+    return node_id >= 0 and bool(host) and "\x00" not in (host or "") and 0 < port < 65536
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerNode:
     """A broker: its id and where to reach it."""
@@ -127,7 +136,9 @@ class ClusterSnapshot:
         and their error code is kept in ``topic_errors``.
         """
         brokers = {
-            b.node_id: BrokerNode(b.node_id, b.host, b.port, b.rack) for b in response.brokers
+            b.node_id: BrokerNode(b.node_id, b.host, b.port, b.rack)
+            for b in response.brokers
+            if is_valid_address(b.node_id, b.host, b.port)
         }
         topics = dict(self.topics)
         errors = dict(self.topic_errors)
@@ -177,7 +188,7 @@ class ClusterSnapshot:
         if leader < 0 or leader_epoch < 0 or leader_epoch <= current.leader_epoch:
             return None
         brokers = dict(self.brokers)
-        if node is not None:
+        if node is not None and is_valid_address(node.node_id, node.host, node.port):
             brokers[node.node_id] = node
         if leader not in brokers:
             return None

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Sequence
-
-import anyio
 
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
@@ -35,14 +34,12 @@ from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
+from aiokprod.internals.offload import CompressionOffload
+from aiokprod.internals.producer_id import init_producer_id
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
 from aiokprod.protocol.compression import offload_threshold_bytes
-from aiokprod.protocol.messages.init_producer_id import (
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-)
 from aiokprod.protocol.messages.produce import (
     ProducePartitionData,
     ProduceRequest,
@@ -71,6 +68,7 @@ class Sender:
         spawn: starts background coroutines in the producer's task group.
         stats: counters behind ``Producer.metrics()``.
         clock: the producer's clock.
+        rng: randomness for retry backoff jitter.
     """
 
     def __init__(
@@ -84,9 +82,11 @@ class Sender:
         spawn: Spawn,
         stats: ProducerStats,
         clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
+        self._rng = rng or random.Random()
         self._nodes_version = -1
         self._acc = accumulator
         self._metadata = metadata
@@ -105,9 +105,12 @@ class Sender:
         self._force_error: KafkaError | None = None
         self._stopped = asyncio.Event()
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
-        #: Batches this large (uncompressed) are compressed in a thread, not on the loop.
-        self._offload_bytes = offload_threshold_bytes(
-            config.compression_type, config.compression_level
+        self._offload = CompressionOffload(
+            offload_threshold_bytes(config.compression_type, config.compression_level),
+            spawn,
+            stats,
+            on_done=self.wakeup,
+            on_failure=self._abandon,
         )
         #: A fatal error (e.g. InitProducerId refused for good): every batch fails with it.
         self.fatal_error: KafkaError | None = None
@@ -173,7 +176,7 @@ class Sender:
                 nodes.add(node)
         if nodes:
             drained = acc.drain(
-                cluster, nodes, self._config.max_request_size, now_ms, self._drain_filter
+                cluster, nodes, self._config.max_request_size, now_ms, self._may_drain
             )
             for node, batches in drained.items():
                 self._send_produce(node, batches, now_ms)
@@ -346,6 +349,7 @@ class Sender:
                 batch.attempts + 1,
                 self._config.retry_backoff_ms,
                 self._config.retry_backoff_max_ms,
+                self._rng,
             )
         )
         self._acc.reenqueue(batch, now_ms, wait)
@@ -483,49 +487,14 @@ class Sender:
 
     # --- idempotence ------------------------------------------------------------------------
 
-    def _drain_filter(self, batch: ProducerBatch) -> bool:
-        """Whether the accumulator may take ``batch`` now (see ``RecordAccumulator.drain``)."""
-        if batch.compressing:
-            return False
-        offload = self._offload_bytes
-        builder = batch.builder
-        if offload is not None and builder is not None and builder.size_in_bytes >= offload:
-            self._compress_in_thread(batch)
-            return False
-        return self._can_drain(batch)
+    def _may_drain(self, batch: ProducerBatch) -> bool:
+        """Whether the accumulator may take ``batch`` now (see ``RecordAccumulator.drain``).
 
-    def _compress_in_thread(self, batch: ProducerBatch) -> None:
-        """Close (and compress) a large batch in a worker thread, then wake the loop.
-
-        Compressing a large batch at a slow level holds the event loop for tens or hundreds
-        of milliseconds; cramjam releases the GIL, so a thread keeps the loop responsive.
-        The batch is sealed first (no more appends) and stays at the head of its queue, so
-        the partition's order is kept; it is drained on the pass after it is closed.
+        Not while it is compressed off the loop (a large batch starts that here), nor while
+        idempotence holds it back (no producer id yet, an earlier sequence still out).
         """
-        builder = batch.builder
-        if builder is None:
-            return
-        batch.compressing = True
-        batch.is_full = True  # sealed: later records start a new batch
-        self._stats.batches_compressed_in_thread += 1
-
-        async def compress() -> None:
-            try:
-                closed = await anyio.to_thread.run_sync(builder.close)
-            except Exception as exc:  # a codec failure fails only this batch
-                batch.compressing = False
-                self._abandon(batch, KafkaError(f"compressing a batch failed: {exc!r}"))
-                self.wakeup()
-                return
-            batch.compressing = False
-            if batch.closed is None:
-                batch.closed = closed
-                batch.builder = None
-            self.wakeup()
-
-        self._spawn(compress)
-
-    def _can_drain(self, batch: ProducerBatch) -> bool:
+        if self._offload.holds(batch):
+            return False
         idem = self._idem
         return idem is None or idem.can_drain(batch)
 
@@ -549,40 +518,22 @@ class Sender:
         idem = self._idem
         if idem is None:
             return
-        timeout_s = self._config.request_timeout_ms / 1000
-        attempts = 0
+        config = self._config
         try:
-            while not self._stopped.is_set():
-                node = self._pool.least_loaded_node(self._clock.monotonic_ms())
-                error: BaseException | None = None
-                if node is not None:
-                    try:
-                        conn = await self._pool.connection(node, timeout_s)
-                        response = await conn.request(
-                            InitProducerIdRequest(transactional_id=None), timeout_s
-                        )
-                        if not isinstance(response, InitProducerIdResponse):  # pragma: no cover
-                            raise KafkaError("InitProducerId answered with another message")
-                        if response.error_code == 0:
-                            idem.set_producer_id(response.producer_id, response.producer_epoch)
-                            log.debug(
-                                "producer id",
-                                producer_id=response.producer_id,
-                                epoch=response.producer_epoch,
-                            )
-                            return
-                        error = error_for_code(response.error_code)
-                        if not error.retriable:
-                            self._set_fatal(error)
-                            return
-                    except KafkaError as exc:
-                        error = exc
-                attempts += 1
-                wait = backoff_ms(
-                    attempts, self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
-                )
-                log.debug("InitProducerId retry", error=str(error), wait_ms=wait)
-                await asyncio.sleep(wait / 1000)
+            result = await init_producer_id(
+                self._pool,
+                self._clock,
+                self._rng,
+                request_timeout_ms=config.request_timeout_ms,
+                retry_backoff_ms=config.retry_backoff_ms,
+                retry_backoff_max_ms=config.retry_backoff_max_ms,
+                stopped=self._stopped.is_set,
+            )
+            if result is not None:
+                idem.set_producer_id(*result)
+                log.debug("producer id", producer_id=result[0], epoch=result[1])
+        except KafkaError as exc:
+            self._set_fatal(exc)
         finally:
             self._pid_fetch_running = False
             self.wakeup()

@@ -49,6 +49,24 @@ def apply_serializer(serializer: Serializer, obj: object, what: str) -> bytes | 
     )
 
 
+def serialize_key(serializer: Serializer | None, key: object) -> bytes | None:
+    """A record key as bytes: through ``key_serializer`` if one is set, else the default."""
+    if serializer is not None:
+        return apply_serializer(serializer, key, "key")
+    if key is None or type(key) is bytes:
+        return key
+    return to_bytes(key, "key")
+
+
+def serialize_value(serializer: Serializer | None, value: object) -> bytes | None:
+    """A record value as bytes: through ``value_serializer`` if one is set, else the default."""
+    if serializer is not None:
+        return apply_serializer(serializer, value, "value")
+    if value is None or type(value) is bytes:
+        return value
+    return to_bytes(value, "value")
+
+
 def serialize_headers(headers: object) -> bytes | None:
     """Validate headers (``(str, bytes | str | None)`` pairs) and encode them for a record."""
     if not headers:

@@ -150,7 +150,15 @@ class BrokerConnection:
                 f"TLS handshake with node {self.node_id} at {self.host}:{self.port} failed: "
                 f"{exc.reason or exc}"
             ) from None
-        except (OSError, EOFError, asyncio.IncompleteReadError, ProtocolError) as exc:
+        except (
+            OSError,
+            EOFError,
+            asyncio.IncompleteReadError,
+            ProtocolError,
+            ValueError,  # an impossible address from a broken broker (port 99999, NUL)
+            OverflowError,
+            UnicodeError,
+        ) as exc:
             # A broken handshake answer is a broken connection, like a reset: retry later.
             self._abort()
             raise KafkaConnectionError(

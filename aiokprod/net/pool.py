@@ -47,7 +47,9 @@ class ConnectionPool:
         reconnect_backoff_ms: first wait after a failed attempt.
         reconnect_backoff_max_ms: the longest wait between attempts.
         on_change: called when a connection opens, fails or closes (wakes the sender).
-        on_disconnect: called with the node id when an open connection closes.
+        on_disconnect: called with the node id when an open connection closes or a connect
+            attempt fails (the producer then refreshes metadata: the broker may have moved,
+            as the Java client's NetworkClient does on a failed connect).
         ssl_context: TLS for every connection, or None.
         authenticate: runs on each new connection after ApiVersions (SASL).
         transport: opens byte streams (default: asyncio streams over TCP).
@@ -280,6 +282,8 @@ class ConnectionPool:
             if not future.done():
                 future.set_exception(exc)
                 future.exception()  # retrieved: nobody may be waiting on it
+            if not self._closed:
+                self._on_disconnect(node_id)
             self._on_change()
             return
         except BaseException:

@@ -37,11 +37,21 @@ from typing import Any
 
 import cramjam
 
-from aiokprod.config import COMPRESSION_LEVEL_RANGES
 from aiokprod.errors import ConfigError, ProtocolError
 from aiokprod.protocol.records import Compressor, Decompressor
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+
+#: The ``compression_type`` names, in codec id order.
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+#: codec -> (lowest level, highest level, default level), as the Java client's
+#: ``compression.<codec>.level`` options; gzip's default -1 means zlib's default (6).
+#: ``aiokprod.config`` re-exports both; the level check itself is :meth:`Codec.check_level`.
+COMPRESSION_LEVEL_RANGES: Mapping[str, tuple[int, int, int]] = {
+    "gzip": (1, 9, -1),
+    "lz4": (1, 17, 9),
+    "zstd": (-131072, 22, 3),
+}
 
 Buffer = bytes | bytearray | memoryview
 
@@ -357,23 +367,29 @@ class Codec:
         """
         return self._factory(self.check_level(level))
 
-    def check_level(self, level: int | None) -> int:
+    def check_level(self, level: object) -> int:
         """The effective level for ``level`` (0 for a codec without levels).
 
+        This is the one check of ``compression_level``; ``ProducerConfig.from_options``
+        calls it too.
+
         Raises:
-            ConfigError: a level out of range, or a level for a codec without levels.
+            ConfigError: not an int, a level out of range, or a level for a codec without
+                levels.
         """
-        if self.level_range is None or self.default_level is None:
-            if level is not None:
-                raise ConfigError(f"compression_type {self.name!r} has no levels, got {level}")
-            return 0
         if level is None:
-            return self.default_level
-        lo, hi = self.level_range
-        ok = lo <= level <= hi or level == self.default_level
-        if isinstance(level, bool) or not isinstance(level, int) or not ok:
+            return 0 if self.default_level is None else self.default_level
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise ConfigError(f"compression_level must be an int or None, got {level!r}")
+        if self.level_range is None or self.default_level is None:
             raise ConfigError(
-                f"compression_level for {self.name} must be between {lo} and {hi}, got {level!r}"
+                f"compression_level is set ({level}) but compression_type {self.name!r} has "
+                f"no levels (levels exist for {', '.join(COMPRESSION_LEVEL_RANGES)})"
+            )
+        lo, hi = self.level_range
+        if not (lo <= level <= hi or level == self.default_level):
+            raise ConfigError(
+                f"compression_level for {self.name} must be between {lo} and {hi}, got {level}"
             )
         return level
 

@@ -88,7 +88,9 @@ def encode_request_frame(
     return out
 
 
-def decode_response_body(api: ApiSpec, version: int, frame: bytes | memoryview) -> Struct:
+def decode_response_body(
+    api: ApiSpec, version: int, frame: bytes | bytearray | memoryview
+) -> Struct:
     """Decode a response frame (without its size prefix, with its header) at ``version``.
 
     Raises:
@@ -118,7 +120,9 @@ def _skip_tagged_fields(reader: Reader) -> None:
         reader.skip(reader.read_unsigned_varint())
 
 
-def decode_api_versions_response(version: int, frame: bytes | memoryview) -> ApiVersionsResponse:
+def decode_api_versions_response(
+    version: int, frame: bytes | bytearray | memoryview
+) -> ApiVersionsResponse:
     """Decode an ApiVersions response, falling back to the v0 layout.
 
     A broker that does not speak the version we sent answers in the v0 layout with
@@ -287,12 +291,12 @@ class ClientConnection:
                     break
                 # A copy: nothing decoded (or an exception's traceback) may keep a view of
                 # the receive buffer alive, or resizing the buffer would fail.
-                frame = bytes(buffer[start + 4 : start + 4 + size])
+                frame = buffer[start + 4 : start + 4 + size]
                 start += 4 + size
                 responses.append(self._handle_frame(frame))
         except ProtocolError as exc:
             error = exc
-        except Exception as exc:  # any decoding failure means broken bytes
+        except Exception as exc:  # noqa: BLE001 - any decoding failure means broken bytes
             error = ProtocolError(f"undecodable response: {exc!r}")
             error.__cause__ = exc
         if start:
@@ -306,7 +310,7 @@ class ClientConnection:
             # ``broken`` (and ``error``) and closes the connection after handling them.
         return responses
 
-    def _handle_frame(self, frame: bytes) -> Response:
+    def _handle_frame(self, frame: bytearray) -> Response:
         correlation_id = int(INT32.unpack_from(frame, 0)[0])
         if not self._pending:
             raise ProtocolError(f"response with correlation id {correlation_id} to no request")

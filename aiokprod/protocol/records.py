@@ -73,8 +73,9 @@ _VARINT = varint_cache()
 _NULL = encode_varint(-1)
 _NO_HEADERS = _VARINT[0]
 _ZERO_BYTE = b"\x00"
-#: What :meth:`RecordBatchBuilder.append_values` returns when every value was appended.
-NOT_APPENDED: object = object()
+#: What :meth:`RecordBatchBuilder.append_values` returns when it has no value left over
+#: (every value it took from the iterator was appended).
+NO_LEFTOVER: object = object()
 
 Header = tuple[str, bytes | None]
 Compressor = Callable[[bytes | bytearray | memoryview], bytes]
@@ -130,6 +131,7 @@ class RecordBatchBuilder:
         "_compression",
         "_compressor",
         "_transactional",
+        "appended_bytes",
         "base_timestamp",
         "full",
         "max_timestamp",
@@ -150,6 +152,8 @@ class RecordBatchBuilder:
         self._compressor = compressor
         self._transactional = transactional
         self.record_count = 0
+        #: Bytes the last successful :meth:`try_append` added.
+        self.appended_bytes = 0
         self.base_timestamp = -1
         self.max_timestamp = -1
         #: Set once the batch reached ``size_limit`` or refused a record for it.
@@ -206,6 +210,7 @@ class RecordBatchBuilder:
             self.full = True
             return -1
         buf += b"".join((prefix, _ZERO_BYTE, tsd, od, kl, key, vl, value, headers))
+        self.appended_bytes = len(prefix) + body
         if len(buf) >= size_limit:
             self.full = True
         if count:
@@ -239,7 +244,7 @@ class RecordBatchBuilder:
 
         Returns:
             The value taken from ``values`` but not appended (it did not fit, is not
-            ``bytes``/None, or is too large), or :data:`NOT_APPENDED` when no value was
+            ``bytes``/None, or is too large), or :data:`NO_LEFTOVER` when no value was
             handed back: ``values`` ran out, or the batch filled up exactly (``full`` is then
             set and the rest of ``values`` is untouched).
         """
@@ -257,7 +262,7 @@ class RecordBatchBuilder:
         used = len(buf)
         record_sizes = value_sizes.append
         appended = 0
-        leftover: object = NOT_APPENDED
+        leftover: object = NO_LEFTOVER
         for value in values:
             if value is None:
                 n = -1

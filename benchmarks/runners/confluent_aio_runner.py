@@ -74,7 +74,7 @@ async def _latency(producer: AIOProducer, spec: Spec, records: Records, outcome:
             future = await produce(topic, value)
             await flush()
             await future
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - counted as a failed record, the run goes on
             outcome.error(exc)
 
     for value in values[: spec.warmup]:

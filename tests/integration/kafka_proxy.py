@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
 from dataclasses import dataclass, field
 
@@ -83,7 +84,7 @@ class KafkaProxy:
         """Listen on a free loopback port per broker."""
         for route in self._routes.values():
             route.server = await asyncio.start_server(
-                lambda r, w, route=route: self._accept(route, r, w), "127.0.0.1", 0
+                functools.partial(self._accept, route), "127.0.0.1", 0
             )
             route.port = route.server.sockets[0].getsockname()[1]
         return self

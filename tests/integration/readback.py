@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -57,20 +58,26 @@ def consume_all(
             batch = consumer.consume(num_messages=10000, timeout=0.5)
             for msg in batch:
                 err = msg.error()
+                partition, offset, topic_name = msg.partition(), msg.offset(), msg.topic()
+                assert partition is not None, msg
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        at_eof.add(msg.partition())
+                        at_eof.add(partition)
                         continue
                     raise RuntimeError(f"read-back error: {err}")
-                at_eof.discard(msg.partition())
+                assert offset is not None, msg
+                assert topic_name is not None, msg
+                at_eof.discard(partition)
+                # librdkafka hands headers over as (str, bytes | None) pairs
+                headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
                 records.append(
                     ConsumedRecord(
-                        msg.topic(),
-                        msg.partition(),
-                        msg.offset(),
+                        topic_name,
+                        partition,
+                        offset,
                         msg.key(),
                         msg.value(),
-                        tuple(msg.headers() or ()),
+                        tuple(headers),
                         msg.timestamp()[1],
                     )
                 )

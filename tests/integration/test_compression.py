@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from readback import consume_all
@@ -25,7 +26,8 @@ from aiokprod.testing import LocalKafka
 
 RECORDS = 50_000
 PARTITIONS = 3
-CODECS = ("gzip", "snappy", "lz4", "zstd")
+Codec = Literal["gzip", "snappy", "lz4", "zstd"]
+CODECS: tuple[Codec, ...] = ("gzip", "snappy", "lz4", "zstd")
 _WORDS = ["order", "user", "sku", "status", "shipped", "amount", "currency", "EUR", "note"]
 
 
@@ -62,7 +64,7 @@ def segment_batches(kafka: LocalKafka, topic: str) -> list[tuple[int, bytes]]:
 
 @pytest.mark.parametrize("codec", CODECS)
 async def test_codec_50k_records_read_back_exactly(
-    codec: str, kafka: LocalKafka, new_topic
+    codec: Codec, kafka: LocalKafka, new_topic
 ) -> None:
     topic = new_topic(partitions=PARTITIONS)
     futures = []

@@ -77,7 +77,7 @@ def test_keyed_partitions_match_the_java_client(tmp_path: Path) -> None:
     keys = sample_keys()
     java_rows = run_java(tmp_path, keys)
     chooser = PartitionChooser("builtin", batch_size=16384)
-    mismatches = []
+    mismatches: list[tuple[bytes, object, int, int]] = []
     for key, row in zip(keys, java_rows, strict=True):
         java_hash, java_partitions = row[0], row[1:]
         if murmur2(key) != java_hash:

@@ -55,7 +55,11 @@ def _consume(
                 continue
             if msg.error() is not None:
                 raise KafkaException(msg.error())
-            got.append((msg.partition(), msg.key(), msg.value()))
+            partition, key, value = msg.partition(), msg.key(), msg.value()
+            assert partition is not None
+            assert key is not None
+            assert value is not None
+            got.append((partition, key, value))
         return got
     finally:
         consumer.close()

@@ -23,7 +23,9 @@ RECORDS = 100_000
 PARTITIONS = 6
 
 
-def record_for(i: int, base_ts: int) -> tuple[bytes | None, bytes | None, list, int | None]:
+def record_for(
+    i: int, base_ts: int
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]:
     """Key, value, headers and timestamp of record ``i`` (every shape appears)."""
     key = None if i % 10 == 0 else f"key-{i % 1000}".encode()
     value = None if i % 997 == 0 else f"value-{i}-".encode() + bytes(i % 200)

@@ -165,8 +165,9 @@ def test_independent_client_reads_over_sasl_ssl_scram(kafka_secure: LocalKafka) 
         deadline = time.monotonic() + 60
         while len(values) < 50 and time.monotonic() < deadline:
             for msg in consumer.consume(100, timeout=0.5):
-                if msg.error() is None:
-                    values.append(msg.value())
+                value = msg.value()
+                if msg.error() is None and value is not None:
+                    values.append(value)
     finally:
         consumer.close()
     assert sorted(values) == sorted(f"x{i}".encode() for i in range(50))

@@ -28,10 +28,18 @@ def sync_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("aiokprod-sync")]
 
 
-def export(producer: SyncProducer, topic: str, n: int) -> list[concurrent.futures.Future]:
+def export(
+    producer: SyncProducer, topic: str, n: int
+) -> list[concurrent.futures.Future[RecordMetadata]]:
     """What a user's plain (non-async) function does: send, then flush."""
     futures = [
-        producer.send(topic, f"value-{i}".encode(), key=f"k{i % 10}", headers=[("i", str(i))])
+        producer.send(
+            topic,
+            f"value-{i}".encode(),
+            key=f"k{i % 10}",
+            # a str header value is encoded as UTF-8 at run time; the Header type says bytes
+            headers=[("i", str(i))],  # type: ignore[list-item]
+        )
         for i in range(n)
     ]
     producer.flush(timeout=30)
@@ -69,7 +77,7 @@ def test_errors_surface_as_typed_exceptions(kafka: LocalKafka, new_topic) -> Non
     topic = new_topic(partitions=1)
     # a bad option fails in the caller, before any thread starts
     with pytest.raises(ConfigError, match="linger_ms"):
-        SyncProducer(kafka.bootstrap_servers, linger_ms="soon")
+        SyncProducer(kafka.bootstrap_servers, linger_ms="soon")  # type: ignore[arg-type]
     assert sync_threads() == []
 
     producer = SyncProducer(
@@ -95,10 +103,10 @@ def test_errors_surface_as_typed_exceptions(kafka: LocalKafka, new_topic) -> Non
         # a callback runs on the loop thread: calling back into the producer is refused
         seen: list[BaseException] = []
 
-        def callback(future: concurrent.futures.Future) -> None:
+        def callback(future: concurrent.futures.Future[RecordMetadata]) -> None:
             try:
                 producer.send(topic, b"from callback")
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - whatever it is, the test asserts on it
                 seen.append(exc)
 
         producer.send(topic, b"with callback").add_done_callback(callback)
@@ -171,7 +179,7 @@ def test_a_forked_child_does_not_inherit_the_producer(kafka: LocalKafka) -> None
                 code = 1
             except IllegalStateError:
                 code = 0
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - a forked child must report, never unwind
                 code = 2
             os.write(write, bytes([code]))
             os._exit(0)

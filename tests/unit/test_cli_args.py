@@ -218,3 +218,15 @@ def test_importing_aiokprod_loads_no_optional_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "expected"),
+    [
+        ("compression.zstd.level=5", ("compression_level", 5)),  # a Java name, not dots
+        ("ssl.key.password=pw", ("ssl_password", "pw")),
+        ("max.in.flight.requests.per.connection=1", ("max_in_flight_requests_per_connection", 1)),
+    ],
+)
+def test_java_names_from_the_option_table(assignment: str, expected: tuple[str, object]) -> None:
+    assert parse_option(assignment) == expected

@@ -42,7 +42,7 @@ from aiokprod.testing.tls import make_test_pki
 
 # --- SCRAM against RFC 7677's example -------------------------------------------------------
 
-RFC7677 = {
+RFC7677: dict[str, Any] = {
     "nonce": "rOprNGfwEbeRWgbNEkqO",
     "server_first": b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
     b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
@@ -266,7 +266,8 @@ async def test_oauthbearer_provider_failure_is_wrapped_without_its_message() -> 
 def test_session_lifetime_plans_reauthentication() -> None:
     conn = BrokerConnection(1, "h", 1, client_id="c", max_in_flight=5, software_version="1")
     conn.set_session_lifetime(0)
-    assert conn.reauth_at_ms is None
+    reauth_at_ms = conn.reauth_at_ms  # (a local: the assert must not narrow the attribute)
+    assert reauth_at_ms is None
     assert not conn.needs_reauth(10**15)
     conn.set_session_lifetime(10_000)
     assert conn.reauth_at_ms is not None

@@ -59,7 +59,7 @@ def append(
         return appended[0], appended[1], False
     need = acc.new_batch_size(key, value, None)
     assert acc.budget.try_reserve(need), "test budget too small"
-    batch, index = acc.append_new_batch(tp, timestamp_ms, key, value, None, now_ms, need)
+    batch, index, _ = acc.append_new_batch(tp, timestamp_ms, key, value, None, now_ms, need)
     return batch, index, True
 
 

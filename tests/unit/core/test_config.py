@@ -7,9 +7,14 @@ import dataclasses
 import pytest
 
 from aiokprod.config import (
+    JAVA_NAMES,
     MAX_INT32,
+    OPTIONS,
+    SECRET_OPTIONS,
     ProducerConfig,
     describe_options,
+    option_for_java_name,
+    option_from_text,
     parse_bootstrap_servers,
 )
 from aiokprod.errors import ConfigError
@@ -350,3 +355,128 @@ def test_bootstrap_servers_rejected(given: object) -> None:
 def test_bootstrap_servers_required() -> None:
     with pytest.raises(ConfigError, match="bootstrap_servers is required"):
         ProducerConfig.from_options()
+
+
+# --- the option table -------------------------------------------------------------------------
+
+
+def test_the_table_is_the_config() -> None:
+    # one row per ProducerConfig field, in the same order, with the field's default
+    fields = dataclasses.fields(ProducerConfig)
+    assert [f.name for f in fields] == list(OPTIONS)
+    for f in fields:
+        assert OPTIONS[f.name].default == f.default, f.name
+        assert OPTIONS[f.name].doc.strip(), f.name
+        assert OPTIONS[f.name].group, f.name
+    assert [o.name for o in OPTIONS.values() if o.required] == ["bootstrap_servers", "client_id"]
+
+
+async def token() -> str:
+    return "jwt"
+
+
+def test_secret_options_are_the_credentials_and_never_shown() -> None:
+    assert {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"} == SECRET_OPTIONS
+    config = make(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=token,
+    )
+    assert "token" not in repr(config)
+    assert describe_options(config)["sasl_oauth_token_provider"] == "***"
+    plain = make(
+        security_protocol="SASL_PLAINTEXT", sasl_plain_username="u", sasl_plain_password="pw-1"
+    )
+    assert "pw-1" not in repr(plain)
+    assert "pw-1" not in str(describe_options(plain))
+
+
+@pytest.mark.parametrize(
+    ("java", "ours"),
+    [
+        ("linger.ms", "linger_ms"),
+        ("max.in.flight.requests.per.connection", "max_in_flight_requests_per_connection"),
+        ("compression.zstd.level", "compression_level"),
+        ("ssl.key.password", "ssl_password"),
+        ("linger_ms", "linger_ms"),  # ours pass through
+    ],
+)
+def test_java_names(java: str, ours: str) -> None:
+    assert option_for_java_name(java) == ours
+
+
+def test_java_properties_without_an_exact_equivalent_are_not_mapped() -> None:
+    # a class name or a JAAS line does not mean the same as our option's value
+    for java in ("partitioner.class", "sasl.jaas.config", "key.serializer", "ssl.keystore.key"):
+        assert option_for_java_name(java) is None
+    assert set(JAVA_NAMES.values()) <= set(OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("linger_ms", "20", 20),
+        ("acks", "all", "all"),
+        ("acks", "-1", -1),
+        ("linger_ms", "soon", "soon"),  # left for the option's check to reject
+        ("enable_idempotence", "No", False),
+        ("compression_level", "-5", -5),
+        ("ssl_password", "s3cret", "s3cret"),
+        ("client_id", "svc", "svc"),
+    ],
+)
+def test_option_from_text(name: str, text: str, expected: object) -> None:
+    assert option_from_text(name, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("enable_idempotence", "maybe", "expected true or false"),
+        ("key_serializer", "json", "cannot be given as text"),
+        ("bootstrap_servers", "h:1", "cannot be given as text"),
+        ("lingerms", "5", "unknown producer option"),
+    ],
+)
+def test_option_from_text_refuses(name: str, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        option_from_text(name, text)
+
+
+def test_none_means_not_set() -> None:
+    default = make()
+    given = make(
+        compression_level=None,
+        ssl_cafile=None,
+        ssl_password=None,
+        sasl_plain_username=None,
+        key_serializer=None,
+        interceptors=None,
+        compression_type=None,
+    )
+    for name in OPTIONS:
+        if name != "client_id":
+            assert getattr(given, name) == getattr(default, name), name
+    assert make(client_id=None).client_id.startswith("aiokprod-producer-")
+
+    # a None username is "not set" for OAUTHBEARER too (it used to count as a stray option)
+    config = make(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=token,
+        sasl_plain_username=None,
+    )
+    assert config.sasl_plain_username is None
+
+
+def test_compression_level_is_checked_once_by_the_codec() -> None:
+    # the message comes from protocol/compression.py's Codec.check_level
+    from aiokprod.protocol.compression import codec_for_name
+
+    with pytest.raises(ConfigError) as from_config:
+        make(compression_type="lz4", compression_level=18)
+    with pytest.raises(ConfigError) as from_codec:
+        codec_for_name("lz4").check_level(18)
+    assert str(from_config.value) == str(from_codec.value)
+    with pytest.raises(ConfigError, match="must be an int or None"):
+        make(compression_type="gzip", compression_level="5")

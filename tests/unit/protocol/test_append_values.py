@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiokprod.protocol.records import NOT_APPENDED, RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder, read_record_batch
 
 values_st = st.lists(st.one_of(st.none(), st.binary(max_size=300)), max_size=200)
 
@@ -39,10 +39,10 @@ def test_same_bytes_as_try_append(values: list[bytes | None], limit: int) -> Non
     assert bytes(builder.close().data) == expected
     assert list(sizes) == [-1 if v is None else len(v) for v in values[:appended]]
     if appended == len(values):
-        assert leftover is NOT_APPENDED
+        assert leftover is NO_LEFTOVER
         return
     assert builder.full
-    if leftover is NOT_APPENDED:  # filled up exactly: the next value is still in the iterator
+    if leftover is NO_LEFTOVER:  # filled up exactly: the next value is still in the iterator
         assert next(it) == values[appended]
     else:
         assert leftover == values[appended]
@@ -53,7 +53,7 @@ def test_continues_a_batch_started_by_try_append_and_reads_back() -> None:
     builder.try_append(1000, b"k", b"first", None, 16384)
     sizes = array("i")
     leftover = builder.append_values(1005, iter([b"a", None, b"ccc"]), 16384, 100, sizes)
-    assert leftover is NOT_APPENDED
+    assert leftover is NO_LEFTOVER
     batch = read_record_batch(builder.close().data)
     assert [(r.offset, r.key, r.value, r.timestamp) for r in batch.records] == [
         (0, b"k", b"first", 1000),

@@ -1,0 +1,463 @@
+"""The option table: every producer option, declared once, as a field of ProducerConfig.
+
+Each field is a row: its name and stored type, then :func:`~aiokprod.config.spec.option`
+with the default, the check, the Java name, the doc text (docs/configuration.md), the docs
+group and the secret flag. Rows are in the order of the docs page. To add an option, add a
+row here, then run ``python docs/gen_config.py --write`` (it regenerates
+:class:`ProducerOptions` below and the docs page); CONTRIBUTING.md has the details.
+"""
+
+from __future__ import annotations
+
+import itertools
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+from aiokprod.config import checks
+from aiokprod.config import spec as c
+from aiokprod.config.secret import PartitionerFunction, Secret, Serializer, TokenProvider
+from aiokprod.config.spec import MAX_INT32, MAX_INT64, Option, option, option_table
+from aiokprod.errors import ConfigError
+from aiokprod.types import ProducerInterceptor
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
+
+_client_ids = itertools.count(1)
+
+_CONNECTING = "Connecting"
+_DELIVERY = "Delivery"
+_BATCHING = "Batching and memory"
+_METADATA = "Metadata and partitioning"
+_SECURITY = "Security (TLS and SASL)"
+_HOOKS = "Serialization and hooks"
+
+
+@option_table
+class ProducerConfig:
+    """Every producer option, validated. Build it with :meth:`from_options`.
+
+    Attributes mirror the Java producer's options; see docs/configuration.md for each.
+    """
+
+    # --- Connecting -----------------------------------------------------------------------
+    bootstrap_servers: tuple[tuple[str, int], ...] = option(
+        check=c.bootstrap_servers,
+        group=_CONNECTING,
+        java="bootstrap.servers",
+        shown_default="(required)",
+        accepts="str | Sequence[str]",
+        doc='`"host:port"`, comma-separated, or a list of them: the brokers asked for the '
+        "cluster's metadata first. The first argument of `Producer(...)`; required.",
+    )
+    client_id: str = option(
+        check=c.optional_str,
+        group=_CONNECTING,
+        java="client.id",
+        shown_default="`aiokprod-producer-N`",
+        accepts="str | None",
+        doc="Sent with every request; shows in broker logs and quotas. "
+        "Default: `aiokprod-producer-N` (N counts producers in the process).",
+    )
+    socket_connection_setup_timeout_ms: int = option(
+        default=10_000,
+        check=c.int_between(1, MAX_INT64),
+        group=_CONNECTING,
+        java="socket.connection.setup.timeout.ms",
+        doc="Bound on opening a connection and its handshakes (ApiVersions; TLS and SASL when "
+        "used).",
+    )
+    reconnect_backoff_ms: int = option(
+        default=50,
+        check=c.int_between(0, MAX_INT64),
+        group=_CONNECTING,
+        java="reconnect.backoff.ms",
+        doc="First wait before reconnecting to a broker; doubles up to `reconnect_backoff_max_ms`.",
+    )
+    reconnect_backoff_max_ms: int = option(
+        default=1000,
+        check=c.int_between(0, MAX_INT64),
+        group=_CONNECTING,
+        java="reconnect.backoff.max.ms",
+        doc="The longest wait between connection attempts to a broker.",
+    )
+    connections_max_idle_ms: int = option(
+        default=540_000,
+        check=c.int_between(-1, MAX_INT64),
+        group=_CONNECTING,
+        java="connections.max.idle.ms",
+        doc="Accepted for compatibility with the Java client; idle connections are kept open.",
+    )
+
+    # --- Delivery -------------------------------------------------------------------------
+    acks: int = option(
+        default=-1,
+        check=c.acks,
+        group=_DELIVERY,
+        java="acks",
+        shown_default='`"all"` (-1)',
+        accepts='int | Literal["all", "-1", "0", "1"]',
+        doc='`"all"` (or -1): the leader answers once every in-sync replica has the batch; '
+        "`1`: once the leader has it; `0`: no answer at all (offsets are then unknown, -1).",
+    )
+    enable_idempotence: bool = option(
+        default=True,
+        check=c.boolean,
+        group=_DELIVERY,
+        java="enable.idempotence",
+        doc="Producer id and per-partition sequence numbers, so retries neither duplicate nor "
+        "reorder records. Needs `acks=all`, `retries > 0` and at most 5 requests in flight.",
+    )
+    delivery_timeout_ms: int = option(
+        default=120_000,
+        check=c.int_between(0, MAX_INT32),
+        group=_DELIVERY,
+        java="delivery.timeout.ms",
+        doc="Upper bound from `send()` returning to the record being acknowledged or failed, "
+        "retries included; then it fails with `DeliveryTimeoutError`. At least "
+        "`linger_ms + request_timeout_ms`.",
+    )
+    request_timeout_ms: int = option(
+        default=30_000,
+        check=c.int_between(1, MAX_INT32),
+        group=_DELIVERY,
+        java="request.timeout.ms",
+        doc="How long to wait for the answer to one request (the connection is closed and the "
+        "batches retried after it); also the Produce request's `timeout_ms` for the broker.",
+    )
+    max_in_flight_requests_per_connection: int = option(
+        default=5,
+        check=c.int_between(1, MAX_INT32),
+        group=_DELIVERY,
+        java="max.in.flight.requests.per.connection",
+        doc="Unanswered requests per broker connection. At most 5 with idempotence (which "
+        "keeps order across retries); without idempotence, more than 1 may reorder on retry.",
+    )
+    retries: int = option(
+        default=MAX_INT32,
+        check=c.int_between(0, MAX_INT32),
+        group=_DELIVERY,
+        java="retries",
+        shown_default="`2147483647` (Java's `Integer.MAX_VALUE`)",
+        doc="How often a failed batch is retried. Leave it at the maximum and bound retrying "
+        "with `delivery_timeout_ms`; 0 turns idempotence off (or conflicts with it).",
+    )
+    retry_backoff_ms: int = option(
+        default=100,
+        check=c.int_between(0, MAX_INT64),
+        group=_DELIVERY,
+        java="retry.backoff.ms",
+        doc="First wait before retrying a failed batch or metadata request; doubles on each "
+        "attempt (±20% jitter) up to `retry_backoff_max_ms`.",
+    )
+    retry_backoff_max_ms: int = option(
+        default=1000,
+        check=c.int_between(0, MAX_INT64),
+        group=_DELIVERY,
+        java="retry.backoff.max.ms",
+        doc="The longest wait between retries.",
+    )
+
+    # --- Batching and memory --------------------------------------------------------------
+    linger_ms: int = option(
+        default=5,
+        check=c.int_between(0, MAX_INT32),
+        group=_BATCHING,
+        java="linger.ms",
+        doc="How long a batch waits for more records before it is sent (from its first "
+        "record). `send_and_wait()` and `flush()` do not wait it out.",
+    )
+    batch_size: int = option(
+        default=16384,
+        check=c.int_between(0, MAX_INT32),
+        group=_BATCHING,
+        java="batch.size",
+        doc="Bytes of records per partition batch before the batch is closed (a larger record "
+        "gets a batch of its own). Also the size after which the sticky partitioner moves "
+        "unkeyed records to another partition.",
+    )
+    buffer_memory: int = option(
+        default=32 * 1024 * 1024,
+        check=c.int_between(1, MAX_INT64),
+        group=_BATCHING,
+        java="buffer.memory",
+        doc="Bytes that all queued and in-flight batches may hold. When it is used up, "
+        "`send()` waits up to `max_block_ms` for room, then raises `BufferExhaustedError`.",
+    )
+    max_block_ms: int = option(
+        default=60_000,
+        check=c.int_between(0, MAX_INT64),
+        group=_BATCHING,
+        java="max.block.ms",
+        doc="How long `send()` (and `partitions_for()`) may wait, in total, for the topic's "
+        "metadata and for buffer space.",
+    )
+    max_request_size: int = option(
+        default=1024 * 1024,
+        check=c.int_between(1, MAX_INT32),
+        group=_BATCHING,
+        java="max.request.size",
+        doc="Bytes per Produce request, and so the largest record: a larger one raises "
+        "`RecordTooLargeError` in `send()`.",
+    )
+    compression_type: str = option(
+        default="none",
+        check=c.compression_type,
+        group=_BATCHING,
+        java="compression.type",
+        accepts='Literal["none", "gzip", "snappy", "lz4", "zstd"] | None',
+        doc='`"none"`, `"gzip"`, `"snappy"`, `"lz4"` or `"zstd"`: how batches are compressed '
+        "(per batch, so larger batches compress better).",
+    )
+    compression_level: int | None = option(
+        default=None,
+        check=c.compression_level,
+        group=_BATCHING,
+        java=("compression.gzip.level", "compression.lz4.level", "compression.zstd.level"),
+        doc="The level for the chosen codec (gzip 1 to 9, lz4 1 to 17, zstd -131072 to 22); "
+        "None uses the codec's default, as the Java client does.",
+    )
+
+    # --- Metadata and partitioning --------------------------------------------------------
+    metadata_max_age_ms: int = option(
+        default=300_000,
+        check=c.int_between(0, MAX_INT64),
+        group=_METADATA,
+        java="metadata.max.age.ms",
+        doc="Refresh the cluster metadata at least this often, even without errors (errors "
+        "such as NOT_LEADER_OR_FOLLOWER refresh it at once).",
+    )
+    metadata_max_idle_ms: int = option(
+        default=300_000,
+        check=c.int_between(5000, MAX_INT64),
+        group=_METADATA,
+        java="metadata.max.idle.ms",
+        doc="Stop refreshing the metadata of a topic no record was sent to for this long "
+        "(at least 5000).",
+    )
+    allow_auto_create_topics: bool = option(
+        default=True,
+        check=c.boolean,
+        group=_METADATA,
+        doc="Let the brokers create a topic on its first metadata request (if the brokers "
+        "allow it, `auto.create.topics.enable`). False: an unknown topic makes `send()` "
+        "fail after `max_block_ms`.",
+    )
+    partitioner: str | PartitionerFunction = option(
+        default="builtin",
+        check=c.partitioner,
+        group=_METADATA,
+        java_note="partitioner.class",
+        accepts='Literal["builtin", "murmur3", "round_robin"] | PartitionerFunction',
+        doc='`"builtin"`: keyed records by murmur2 of the key, as the Java client (same key, '
+        'same partition); unkeyed ones uniform sticky. `"murmur3"`, `"round_robin"`, or a '
+        "function `(topic, key_bytes, num_partitions, available_partitions) -> partition`.",
+    )
+    partitioner_ignore_keys: bool = option(
+        default=False,
+        check=c.boolean,
+        group=_METADATA,
+        java="partitioner.ignore.keys",
+        doc="Partition keyed records like unkeyed ones (sticky), ignoring the key.",
+    )
+
+    # --- Security (TLS and SASL) ----------------------------------------------------------
+    security_protocol: str = option(
+        default="PLAINTEXT",
+        check=c.upper_one_of(c.SECURITY_PROTOCOLS),
+        group=_SECURITY,
+        java="security.protocol",
+        accepts='Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]',
+        doc='`"PLAINTEXT"`, `"SSL"` (TLS), `"SASL_PLAINTEXT"` or `"SASL_SSL"` (SASL over TLS).',
+    )
+    ssl_context: ssl.SSLContext | None = option(
+        default=None,
+        check=c.ssl_context,
+        group=_SECURITY,
+        doc="A ready `ssl.SSLContext` for TLS, instead of the `ssl_*` file options.",
+    )
+    ssl_cafile: str | None = option(
+        default=None,
+        check=c.file_path,
+        group=_SECURITY,
+        java_note="ssl.truststore.location (PEM)",
+        accepts="str | os.PathLike[str] | None",
+        doc="PEM file of the certificate authorities that signed the brokers' certificates "
+        "(default: the system's).",
+    )
+    ssl_certfile: str | None = option(
+        default=None,
+        check=c.file_path,
+        group=_SECURITY,
+        java_note="ssl.keystore.location (PEM)",
+        accepts="str | os.PathLike[str] | None",
+        doc="PEM file of this client's certificate, for brokers that require TLS client "
+        "authentication.",
+    )
+    ssl_keyfile: str | None = option(
+        default=None,
+        check=c.file_path,
+        group=_SECURITY,
+        java_note="ssl.keystore.key",
+        accepts="str | os.PathLike[str] | None",
+        doc="PEM file of the private key of `ssl_certfile` (if it is not in that file).",
+    )
+    ssl_password: Secret | None = option(
+        default=None,
+        check=c.secret,
+        group=_SECURITY,
+        java="ssl.key.password",
+        secret=True,
+        accepts="str | Secret | None",
+        doc="Password of the client's private key (a `str` or `Secret`; never shown in logs).",
+    )
+    ssl_check_hostname: bool = option(
+        default=True,
+        check=c.boolean,
+        group=_SECURITY,
+        java_note="ssl.endpoint.identification.algorithm",
+        doc="Check that each broker's certificate names the host connected to.",
+    )
+    sasl_mechanism: str = option(
+        default="PLAIN",
+        check=c.upper_one_of(c.SASL_MECHANISMS),
+        group=_SECURITY,
+        java="sasl.mechanism",
+        accepts='Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]',
+        doc='`"PLAIN"`, `"SCRAM-SHA-256"`, `"SCRAM-SHA-512"` or `"OAUTHBEARER"`.',
+    )
+    sasl_plain_username: str | None = option(
+        default=None,
+        check=c.non_empty_str,
+        group=_SECURITY,
+        java_note="sasl.jaas.config (username)",
+        doc="User name for PLAIN and SCRAM.",
+    )
+    sasl_plain_password: Secret | None = option(
+        default=None,
+        check=c.secret,
+        group=_SECURITY,
+        java_note="sasl.jaas.config (password)",
+        secret=True,
+        accepts="str | Secret | None",
+        doc="Password for PLAIN and SCRAM (a `str` or `Secret`; never shown in logs or errors).",
+    )
+    sasl_oauth_token_provider: TokenProvider | None = option(
+        default=None,
+        check=c.token_provider,
+        group=_SECURITY,
+        java_note="sasl.login.callback.handler.class",
+        secret=True,
+        doc="For OAUTHBEARER: an async function returning a bearer token; awaited for each "
+        "connection.",
+    )
+
+    # --- Serialization and hooks ----------------------------------------------------------
+    key_serializer: Serializer | None = option(
+        default=None,
+        check=c.optional_callable,
+        group=_HOOKS,
+        java_note="key.serializer",
+        doc="A function turning a key into `bytes` (or None). Without it keys must be "
+        "`bytes`, `bytearray`, `memoryview`, `str` (UTF-8) or None.",
+    )
+    value_serializer: Serializer | None = option(
+        default=None,
+        check=c.optional_callable,
+        group=_HOOKS,
+        java_note="value.serializer",
+        doc="A function turning a value into `bytes` (or None); the same default as keys.",
+    )
+    interceptors: tuple[ProducerInterceptor, ...] = option(
+        default=(),
+        check=c.interceptors,
+        group=_HOOKS,
+        java_note="interceptor.classes",
+        accepts="Sequence[ProducerInterceptor] | None",
+        doc="Objects with `on_send(record)` (may return a changed record) and "
+        "`on_acknowledgement(metadata, exception)`; run on the event loop, errors logged.",
+    )
+
+    @classmethod
+    def from_options(cls, bootstrap_servers: object = None, **options: Any) -> ProducerConfig:
+        """Validate keyword options into a config.
+
+        An option given as None is as if it were not given, where the option accepts None.
+
+        Raises:
+            ConfigError: an unknown option, a wrong type, an impossible value or an
+                impossible combination; the message names the option.
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            hint = ""
+            dotted = [u for u in unknown if "." in u]
+            if dotted:
+                hint = f" (use underscores: {dotted[0].replace('.', '_')})"
+            raise ConfigError(f"unknown producer option(s): {', '.join(unknown)}{hint}")
+        values: dict[str, Any] = {"bootstrap_servers": c.parse_bootstrap_servers(bootstrap_servers)}
+        for name, spec in OPTIONS.items():
+            if name in options:
+                value = spec.check(name, options[name])
+                if value is not None:
+                    values[name] = value
+        checks.check_all(values, lambda name: OPTIONS[name].default)
+        values.setdefault("client_id", f"aiokprod-producer-{next(_client_ids)}")
+        return cls(**values)
+
+
+#: The option table: option name -> :class:`~aiokprod.config.spec.Option`, in docs order.
+OPTIONS: Mapping[str, Option] = c.collect(ProducerConfig)
+
+
+# The keyword options of Producer(...), SyncProducer(...) and ProducerConfig.from_options(),
+# for type checkers (PEP 692: ``**options: Unpack[ProducerOptions]``). Generated from the
+# table's ``accepts`` types by ``python docs/gen_config.py --write``; a unit test checks it.
+# fmt: off
+# <generated ProducerOptions>
+class ProducerOptions(TypedDict, total=False):
+    """The producer's keyword options and the types they accept (see docs/configuration.md)."""
+
+    client_id: str | None
+    socket_connection_setup_timeout_ms: int
+    reconnect_backoff_ms: int
+    reconnect_backoff_max_ms: int
+    connections_max_idle_ms: int
+    acks: int | Literal["all", "-1", "0", "1"]
+    enable_idempotence: bool
+    delivery_timeout_ms: int
+    request_timeout_ms: int
+    max_in_flight_requests_per_connection: int
+    retries: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    linger_ms: int
+    batch_size: int
+    buffer_memory: int
+    max_block_ms: int
+    max_request_size: int
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] | None
+    compression_level: int | None
+    metadata_max_age_ms: int
+    metadata_max_idle_ms: int
+    allow_auto_create_topics: bool
+    partitioner: Literal["builtin", "murmur3", "round_robin"] | PartitionerFunction
+    partitioner_ignore_keys: bool
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    ssl_context: ssl.SSLContext | None
+    ssl_cafile: str | os.PathLike[str] | None
+    ssl_certfile: str | os.PathLike[str] | None
+    ssl_keyfile: str | os.PathLike[str] | None
+    ssl_password: str | Secret | None
+    ssl_check_hostname: bool
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+    sasl_plain_username: str | None
+    sasl_plain_password: str | Secret | None
+    sasl_oauth_token_provider: TokenProvider | None
+    key_serializer: Serializer | None
+    value_serializer: Serializer | None
+    interceptors: Sequence[ProducerInterceptor] | None
+# </generated ProducerOptions>
+# fmt: on

@@ -1,0 +1,356 @@
+"""RecordAppender: the one path from serialized records into the accumulator.
+
+Everything a record goes through after ``send()`` or ``send_many()`` has checked its
+arguments lives here, written once: the size bound (:func:`batch_of_one_size`, which serves
+the ``max_request_size`` check and the ``buffer_memory`` reservation alike), the partition
+choice, the append into the partition's open batch, the wait for memory when a new batch is
+needed, the KIP-794 sticky partitioner fed with the bytes each append actually added (as the
+Java client feeds it ``RecordAppendResult.appendedBytes``), and the sender's wakeup when a
+batch is new or full.
+
+The per-record path is split in two so that the common case never awaits: :meth:`append`
+is synchronous and fills the open batch; only when a new batch is needed does the caller
+await :meth:`append_new_batch`. The bulk paths (:meth:`append_values`,
+:meth:`append_keyed`) open each run of records with those same two calls, then let the
+batch builder's inner loops add the rest of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from aiokprod.clock import Clock
+from aiokprod.errors import KafkaError, RecordTooLargeError
+from aiokprod.internals.accumulator import RecordAccumulator, batch_of_one_size
+from aiokprod.internals.batch import ProducerBatch
+from aiokprod.internals.budget import ByteBudget
+from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.internals.metadata import TopicInfo
+from aiokprod.internals.partitioner import KeyHasher, PartitionChooser, StickyPartitionState
+from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
+from aiokprod.types import TopicPartition
+
+
+class RecordAppender:
+    """Appends serialized records to the accumulator (see the module docstring).
+
+    Args:
+        accumulator: the batches.
+        budget: ``buffer_memory``.
+        partitions: the partitioner for unkeyed records (and custom strategies).
+        record_limit: the largest record, ``min(max_request_size, buffer_memory)``.
+        max_block_ms: how long a send may wait for metadata and memory together.
+        max_request_size: reported in the too-large error.
+        clock: the producer's clock.
+        check_running: raises if the producer stopped meanwhile (after every await).
+    """
+
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        budget: ByteBudget,
+        partitions: PartitionChooser,
+        *,
+        record_limit: int,
+        max_block_ms: int,
+        max_request_size: int,
+        clock: Clock,
+        check_running: Callable[[], None],
+    ) -> None:
+        self._acc = accumulator
+        self._budget = budget
+        self.partitions = partitions
+        self.record_limit = record_limit
+        self._max_block_ms = max_block_ms
+        self._max_request_size = max_request_size
+        self._clock = clock
+        self._check_running = check_running
+        #: Wakes the sender (a new or full batch); set once the sender exists.
+        self.wakeup: Callable[[], None] = _no_wakeup
+        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
+
+    # --- shared pieces ----------------------------------------------------------------------
+
+    def too_large(self, size: int) -> KafkaError:
+        """The error for a record of ``size`` bytes (see :func:`batch_of_one_size`)."""
+        return RecordTooLargeError(
+            f"the record is {size} bytes when serialized, larger than max_request_size "
+            f"({self._max_request_size}) or buffer_memory ({self._budget.total})"
+        )
+
+    def partitions_of(self, topic: str, num_partitions: int) -> tuple[TopicPartition, ...]:
+        """The topic's partitions as TopicPartition objects (cached: no per-record objects)."""
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
+        return tps
+
+    # --- one record -------------------------------------------------------------------------
+
+    def append(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None,
+        sticky: StickyPartitionState | None,
+        info: TopicInfo,
+    ) -> tuple[ProducerBatch, int] | None:
+        """Append to the partition's open batch; None when a new batch is needed."""
+        appended = self._acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is None:
+            return None
+        batch, index, size = appended
+        if sticky is not None:
+            sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
+        if batch.is_full:
+            self.wakeup()
+        return batch, index
+
+    async def append_new_batch(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes | None,
+        sticky: StickyPartitionState | None,
+        info: TopicInfo,
+        started_ms: int,
+    ) -> tuple[ProducerBatch, int]:
+        """Reserve memory for a new batch and append the record to it.
+
+        The wait for memory is bounded by what is left of ``max_block_ms`` since
+        ``started_ms`` (all of it when -1: metadata did not have to be awaited).
+        """
+        acc = self._acc
+        # A checkpoint once per batch (not per record) while other batches wait: lets the
+        # sender run between the batches of a tight send loop. Nothing is queued yet, so
+        # cancellation here loses nothing. With nothing queued (a lone send_and_wait) there
+        # is nothing for the sender to do, and the record goes out without the extra turn.
+        if acc.has_undrained():
+            await asyncio.sleep(0)
+            self._check_running()
+        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is None:
+            need = acc.new_batch_size(key, value, headers)
+            if not self._budget.try_reserve(need):
+                spent_ms = self._clock.monotonic_ms() - started_ms if started_ms >= 0 else 0
+                self.wakeup()  # memory is short: drain everything now
+                await self._budget.reserve(need, max(self._max_block_ms - spent_ms, 0) / 1000)
+                try:
+                    self._check_running()
+                except BaseException:
+                    self._budget.release(need)
+                    raise
+            appended = acc.append_new_batch(
+                tp, timestamp_ms, key, value, headers, self._clock.monotonic_ms(), need
+            )
+        batch, index, size = appended
+        if sticky is not None:
+            sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
+        self.wakeup()
+        return batch, index
+
+    # --- many records -----------------------------------------------------------------------
+
+    def prepare_keyed(
+        self,
+        keys: list[Any],
+        values: list[Any],
+        key_serializer: Serializer | None,
+        value_serializer: Serializer | None,
+        hasher: KeyHasher,
+        num_partitions: int,
+    ) -> list[int] | None:
+        """Serialize keyed columns in place and check every size; returns the partitions.
+
+        Everything is checked before anything is queued. None when a key is None (such a
+        record is not hashed: the caller sends the call down the per-record path).
+        """
+        for i, key in enumerate(keys):
+            key = keys[i] = serialize_key(key_serializer, key)
+            if key is None:
+                return None
+        limit = self.record_limit
+        for i, value in enumerate(values):
+            value = values[i] = serialize_value(value_serializer, value)
+            size = batch_of_one_size(len(keys[i]), -1 if value is None else len(value), 0)
+            if size > limit:
+                raise self.too_large(size)
+        return hasher.partitions(keys, num_partitions)
+
+    async def append_values(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        values: Iterable[Any],
+        value_serializer: Serializer | None,
+        partition: int | None,
+        timestamp_ms: int,
+        header_bytes: bytes | None,
+        info: TopicInfo,
+        started_ms: int,
+    ) -> None:
+        """Unkeyed records, one partition at a time (fixed, or the sticky one).
+
+        The partition only changes when a batch fills, so each run opens with the one-record
+        path and the builder's inner loop (``append_values``) adds the rest of the batch; the
+        sticky partitioner is fed the bytes of the whole run at once.
+        """
+        acc = self._acc
+        batch_size = acc.batch_size
+        tps = self.partitions_of(topic, len(info.partitions))
+        headers_size = len(header_bytes) if header_bytes else 0
+        largest_value = self.record_limit - batch_of_one_size(-1, 0, headers_size)
+        value_sizes = bulk._value_sizes
+        remaining: Iterator[Any] = iter(values)
+        if value_serializer is not None:
+            remaining = (serialize_value(value_serializer, v) for v in remaining)
+        pending: Any = NO_LEFTOVER  # a value taken from the iterator and not appended yet
+        while True:
+            if pending is NO_LEFTOVER:
+                pending = next(remaining, NO_LEFTOVER)
+                if pending is NO_LEFTOVER:
+                    return
+            if pending is not None and type(pending) is not bytes:
+                pending = serialize_value(None, pending)
+            size = -1 if pending is None else len(pending)
+            if size > largest_value:
+                raise self.too_large(batch_of_one_size(-1, size, headers_size))
+            if partition is not None:
+                p, sticky = partition, None
+            else:
+                p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
+            tp = tps[p]
+            # The run's first record goes the one-record way (sticky counts it there).
+            opened = self.append(tp, timestamp_ms, None, pending, header_bytes, sticky, info)
+            if opened is None:
+                opened = await self.append_new_batch(
+                    tp, timestamp_ms, None, pending, header_bytes, sticky, info, started_ms
+                )
+            batch, index = opened
+            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            pending = NO_LEFTOVER
+            builder = batch.builder
+            if builder is None or batch.is_full:
+                continue
+            before = builder.size_in_bytes
+            start = builder.record_count
+            if header_bytes is None:
+                pending = builder.append_values(
+                    timestamp_ms, remaining, batch_size, largest_value, value_sizes
+                )
+            else:
+                pending = _append_with_headers(
+                    builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
+                )
+            added = builder.record_count - start
+            if added:
+                bulk._extend_last(added, timestamp_ms)
+            if builder.full:
+                batch.is_full = True
+                self.wakeup()
+            if sticky is not None:
+                sticky.on_append(
+                    builder.size_in_bytes - before, batch.is_full, len(tps), info.available
+                )
+
+    async def append_keyed(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        keys: list[bytes],
+        values: list[bytes | None],
+        partitions: list[int],
+        timestamp_ms: int,
+        info: TopicInfo,
+        started_ms: int,
+    ) -> None:
+        """Serialized keyed records with their partitions, appended partition by partition.
+
+        Records of one partition keep their input order (all Kafka orders); each run opens
+        with the one-record path, then the builder's inner loop (``append_keyed``) fills
+        the batch.
+        """
+        acc = self._acc
+        batch_size = acc.batch_size
+        tps = self.partitions_of(topic, len(info.partitions))
+        # A stable sort: records of one partition stay in input order.
+        by_partition = sorted(range(len(keys)), key=partitions.__getitem__)
+        bulk._order = order = array("i")
+        key_sizes = bulk._key_sizes
+        value_sizes = bulk._value_sizes
+        run_start = 0
+        total = len(by_partition)
+        while run_start < total:
+            p = partitions[by_partition[run_start]]
+            run_end = run_start
+            while run_end < total and partitions[by_partition[run_end]] == p:
+                run_end += 1
+            tp = tps[p]
+            indexes = iter(by_partition[run_start:run_end])
+            run_start = run_end
+            pending = next(indexes, -1)
+            while pending >= 0:
+                i, pending = pending, -1
+                key, value = keys[i], values[i]
+                opened = self.append(tp, timestamp_ms, key, value, None, None, info)
+                if opened is None:
+                    opened = await self.append_new_batch(
+                        tp, timestamp_ms, key, value, None, None, info, started_ms
+                    )
+                batch, index = opened
+                key_sizes.append(len(key))
+                value_sizes.append(-1 if value is None else len(value))
+                order.append(i)
+                bulk._add_run(batch.result, tp, index, 1, timestamp_ms)
+                builder = batch.builder
+                if builder is not None and not builder.full:
+                    start = builder.record_count
+                    pending = builder.append_keyed(
+                        timestamp_ms,
+                        keys,
+                        values,
+                        indexes,
+                        batch_size,
+                        key_sizes,
+                        value_sizes,
+                        order,
+                    )
+                    added = builder.record_count - start
+                    if added:
+                        bulk._add_run(batch.result, tp, start, added, timestamp_ms)
+                if builder is None or builder.full:
+                    batch.is_full = True
+                    self.wakeup()
+                if pending < 0 and batch.is_full:
+                    pending = next(indexes, -1)
+
+
+def _append_with_headers(
+    builder: RecordBatchBuilder,
+    timestamp_ms: int,
+    values: Iterator[Any],
+    header_bytes: bytes,
+    batch_size: int,
+    value_sizes: array[int],
+) -> object:
+    """``append_values`` for records with headers (one ``try_append`` each); the leftover."""
+    for value in values:
+        value = serialize_value(None, value)
+        if builder.try_append(timestamp_ms, None, value, header_bytes, batch_size) < 0:
+            return value
+        value_sizes.append(-1 if value is None else len(value))
+        if builder.full:
+            break
+    return NO_LEFTOVER
+
+
+def _no_wakeup() -> None:
+    return None
