@@ -41,7 +41,7 @@ from aiokprod.protocol.messages.produce import (
     ProduceResponse,
     ProduceTopicResponse,
 )
-from aiokprod.protocol.records import read_record_batches
+from aiokprod.protocol.records import RecordBatch, read_record_batches
 from aiokprod.protocol.schema import Struct
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.log import NONE, PartitionLog
@@ -413,30 +413,9 @@ class SimCluster:
             self.violations.append(f"Produce {topic}-{index}: {len(batches)} batches or bad flags")
             return answer(INVALID_RECORD)
         batch = batches[0]
-        # Injected rejections strike only where the producer has state on the partition (or
-        # is not idempotent): without state a 4.x broker accepts the next in-flight batch with
-        # any sequence (KIP-360), and then no client, Java's included, avoids a duplicate.
-        if batch.producer_id < 0 or batch.producer_id in part.log.producers:
-            fault = self.faults.roll(_REJECTIONS, now_ms)
-            if fault is not None and fault.kind == "not_leader":
-                self.trace(f"produce {topic}-{index}: injected stale NOT_LEADER_OR_FOLLOWER")
-                response = answer(NOT_LEADER_OR_FOLLOWER)
-                if version >= 10:
-                    response.current_leader = LeaderIdAndEpoch(
-                        leader_id=part.leader, leader_epoch=part.leader_epoch
-                    )
-                return response
-            if fault is not None and fault.kind == "not_enough_replicas":
-                self.trace(f"produce {topic}-{index}: injected NOT_ENOUGH_REPLICAS")
-                return answer(NOT_ENOUGH_REPLICAS)
-            if (
-                fault is not None
-                and fault.kind == "unknown_producer_id"
-                and batch.producer_id >= 0
-                and part.log.would_append(batch)
-            ):
-                self.trace(f"produce {topic}-{index}: injected UNKNOWN_PRODUCER_ID")
-                return answer(UNKNOWN_PRODUCER_ID)
+        rejection = self._injected_rejection(part, batch, version, answer, now_ms)
+        if rejection is not None:
+            return rejection
         result = part.log.append(batch, replicated=acks != 1)
         self.trace(
             f"produce {topic}-{index} pid={batch.producer_id} e={batch.producer_epoch} "
@@ -449,3 +428,37 @@ class SimCluster:
             if acks == -1 and self.faults.roll(("apply_timeout",), now_ms):
                 return answer(REQUEST_TIMED_OUT)
         return answer(result.error_code, result.base_offset, result.message)
+
+    def _injected_rejection(
+        self,
+        part: SimPartition,
+        batch: RecordBatch,
+        version: int,
+        answer: Callable[[int], ProducePartitionResponse],
+        now_ms: int,
+    ) -> ProducePartitionResponse | None:
+        """An injected error answer for this batch (nothing appended), or None."""
+        topic, index = part.topic, part.index
+        # Injected rejections strike only where the producer has state on the partition (or
+        # is not idempotent): without state a 4.x broker accepts the next in-flight batch with
+        # any sequence (KIP-360), and then no client, Java's included, avoids a duplicate.
+        if batch.producer_id >= 0 and batch.producer_id not in part.log.producers:
+            return None
+        fault = self.faults.roll(_REJECTIONS, now_ms)
+        if fault is None:
+            return None
+        if fault.kind == "not_leader":
+            self.trace(f"produce {topic}-{index}: injected stale NOT_LEADER_OR_FOLLOWER")
+            response = answer(NOT_LEADER_OR_FOLLOWER)
+            if version >= 10:
+                response.current_leader = LeaderIdAndEpoch(
+                    leader_id=part.leader, leader_epoch=part.leader_epoch
+                )
+            return response
+        if fault.kind == "not_enough_replicas":
+            self.trace(f"produce {topic}-{index}: injected NOT_ENOUGH_REPLICAS")
+            return answer(NOT_ENOUGH_REPLICAS)
+        if batch.producer_id >= 0 and part.log.would_append(batch):
+            self.trace(f"produce {topic}-{index}: injected UNKNOWN_PRODUCER_ID")
+            return answer(UNKNOWN_PRODUCER_ID)
+        return None

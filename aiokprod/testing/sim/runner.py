@@ -191,7 +191,7 @@ class _Execution:
         world.trace("close")
         try:
             await producer.close(self.workload.close_timeout_s)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every outcome is recorded and judged
             self.rec.problems.append(f"close() raised {exc!r}")
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.metrics.update(producer.metrics())
@@ -233,7 +233,7 @@ class _Execution:
                 timestamp_ms=self.timestamp(),
                 headers=list(sent.headers) or None,
             )
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every outcome is recorded and judged
             # send() queues nothing when it raises, even when cancelled (its contract).
             self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=False)
             return
@@ -260,7 +260,7 @@ class _Execution:
                 timestamp_ms=self.timestamp(),
                 headers=list(records[0].headers) or None,
             )
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every outcome is recorded and judged
             # The records before the failing one may be queued (send_many's contract).
             self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=True)
             return
@@ -301,7 +301,7 @@ class _Execution:
             # Maybe from send() (not queued), maybe from the delivery (close() gave up).
             self.rec.rejected(records, exc, expected=self.expected(exc), maybe_queued=True)
             return
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every outcome is recorded and judged
             self.rec.returned(records)
             self.rec.resolved(sent, None, exc)
             return
@@ -317,7 +317,7 @@ class _Execution:
             if op.ms < 0:
                 self.rec.problems.append("flush() without a timeout raised a timeout")
             return
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every outcome is recorded and judged
             self.rec.problems.append(f"flush() raised {exc!r}")
             return
         for sent in self.rec.records:

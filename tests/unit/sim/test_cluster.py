@@ -15,7 +15,9 @@ from aiokprod.protocol.messages.init_producer_id import InitProducerIdRequest
 from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from aiokprod.protocol.messages.produce import (
     ProducePartitionData,
+    ProducePartitionResponse,
     ProduceRequest,
+    ProduceResponse,
     ProduceTopicData,
 )
 from aiokprod.protocol.records import RecordBatchBuilder
@@ -87,8 +89,9 @@ def simulate(
         world.loop.close()
 
 
-def partition_result(response: Struct):  # type: ignore[no-untyped-def]
-    return response.responses[0].partition_responses[0]  # type: ignore[attr-defined]
+def partition_result(response: Struct) -> ProducePartitionResponse:
+    assert isinstance(response, ProduceResponse)
+    return response.responses[0].partition_responses[0]
 
 
 def test_versions_metadata_and_a_produce_round_trip() -> None:
@@ -130,7 +133,9 @@ def test_not_leader_carries_a_kip951_hint_and_state_survives_the_election() -> N
         response = await old.call(produce("t", 0, pid, 0, 0, b"a"))
         result = partition_result(response)
         assert result.error_code == 6
-        assert (result.current_leader.leader_id, result.current_leader.leader_epoch) == (2, 1)
+        hint = result.current_leader
+        assert hint is not None
+        assert (hint.leader_id, hint.leader_epoch) == (2, 1)
         assert [(e.node_id, e.port) for e in response.node_endpoints] == [(2, 9094)]  # type: ignore[attr-defined]
         new = await Client.open(world, 2)
         again = partition_result(await new.call(produce("t", 0, pid, 0, 0, b"a")))

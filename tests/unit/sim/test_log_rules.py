@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiokprod.protocol.records import RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.records import RecordBatch, RecordBatchBuilder, read_record_batch
 from aiokprod.testing.sim.log import (
     INVALID_PRODUCER_EPOCH,
     NONE,
@@ -12,7 +12,7 @@ from aiokprod.testing.sim.log import (
 )
 
 
-def batch(pid: int, epoch: int, seq: int, values: list[bytes]):  # type: ignore[no-untyped-def]
+def batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> RecordBatch:
     builder = RecordBatchBuilder()
     for v in values:
         builder.try_append(1_000, None, v)

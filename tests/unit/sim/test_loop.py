@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
 from aiokprod.testing.sim.loop import DeadlockError, LivelockError, VirtualLoop
 
+T = TypeVar("T")
 
-def run(loop: VirtualLoop, coro):  # type: ignore[no-untyped-def]
+
+def run(loop: VirtualLoop, coro: Coroutine[Any, Any, T]) -> T:
     try:
         return loop.run_until_complete(coro)
     finally:
@@ -33,8 +37,11 @@ def test_timers_fire_in_time_order() -> None:
     origin = loop.time_ms()
 
     async def main() -> None:
+        def fire(name: str) -> None:
+            fired.append((name, loop.time_ms() - origin))
+
         for name, delay in (("c", 0.3), ("a", 0.1), ("b", 0.2)):
-            loop.call_later(delay, lambda n=name: fired.append((n, loop.time_ms() - origin)))
+            loop.call_later(delay, fire, name)
         await asyncio.sleep(1)
 
     run(loop, main())

@@ -41,7 +41,6 @@ def test_a_budget_of_seeds_holds_every_invariant() -> None:
         if not result.ok:
             failures.append(result)
     assert records > SIM_SEEDS * 10  # the runs did produce records
-    assert not failures, (
-        f"{len(failures)} of {SIM_SEEDS} seeds failed:\n"
-        + "\n".join(format_failure(f) for f in failures[:20])
+    assert not failures, f"{len(failures)} of {SIM_SEEDS} seeds failed:\n" + "\n".join(
+        format_failure(f) for f in failures[:20]
     )
