@@ -20,6 +20,7 @@ from typing import Any
 from aiokprod.clock import LoopClock
 from aiokprod.errors import (
     BufferExhaustedError,
+    KafkaError,
     KafkaTimeoutError,
     MetadataTimeoutError,
     ProducerClosedError,
@@ -30,7 +31,14 @@ from aiokprod.producer import Producer
 from aiokprod.testing.sim.faults import draw_schedule
 from aiokprod.testing.sim.invariants import check_run
 from aiokprod.testing.sim.loop import SimulationError
-from aiokprod.testing.sim.workload import Op, Recorder, Sent, Workload, draw_workload
+from aiokprod.testing.sim.workload import (
+    BAD_CALLS,
+    Op,
+    Recorder,
+    Sent,
+    Workload,
+    draw_workload,
+)
 from aiokprod.testing.sim.world import SimWorld, Topology
 
 #: Record timestamps: a fixed epoch plus virtual time (wall time would break replays).
@@ -184,6 +192,8 @@ class _Execution:
                 self.spawn(self.send_and_wait(op), cancel_after_ms=op.ms)
             elif op.kind == "flush":
                 await self.flush(op)
+            elif op.kind == "bad_send":
+                await self.bad_send(op)
         await self.healed_phase()
         for _ in range(self.workload.racing_sends):
             self.spawn(self.send(Op("send", self.workload.ops[0].topic or "t0"), "racing"))
@@ -307,6 +317,38 @@ class _Execution:
             return
         self.rec.returned(records)
         self.rec.resolved(sent, meta, None)
+
+    async def bad_send(self, op: Op) -> None:
+        """A call with a bad argument: a typed error here, nothing queued, nothing else hurt."""
+        assert self.producer is not None
+        what = BAD_CALLS[op.count]
+        single = what.startswith("send timestamp_ms=")
+        records = self.rec.new_records(
+            Op("send", op.topic, 1 if single else 2, op.keyed), "bad", self.seed
+        )
+        values = [r.value for r in records]
+        keys = [r.key for r in records] if op.keyed else None
+        producer = self.producer
+        try:
+            if single:
+                stamp = {"2**63": 2**63, "2**64": 2**64, "-5": -5}[what.split("=")[1]]
+                await producer.send(op.topic, values[0], key=records[0].key, timestamp_ms=stamp)
+            elif what == "send_many timestamp_ms=2**63":
+                await producer.send_many(op.topic, values, keys=keys, timestamp_ms=2**63)
+            elif what == "send_many values=5 (not iterable)":
+                not_iterable: Any = 5
+                await producer.send_many(op.topic, not_iterable)
+            else:
+                await producer.send_many(op.topic, values, keys=[b"k"])
+        except BaseException as exc:  # noqa: BLE001 - judged below
+            self.rec.rejected(
+                records, exc, expected=isinstance(exc, KafkaError), maybe_queued=False
+            )
+            return
+        self.rec.returned(records)
+        for sent in records:
+            sent.outcome = "rejected"  # must not be in the log either
+        self.rec.problems.append(f"{what} was accepted")
 
     async def flush(self, op: Op) -> None:
         assert self.producer is not None

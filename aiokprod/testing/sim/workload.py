@@ -20,11 +20,23 @@ from aiokprod.types import Header, RecordMetadata
 MIB = 1024 * 1024
 
 
+#: Calls with bad arguments (``bad_send``; ``Op.count`` picks one): each must raise a typed
+#: KafkaError at the call site, queue nothing, and leave the producer working.
+BAD_CALLS = (
+    "send timestamp_ms=2**63",
+    "send timestamp_ms=2**64",
+    "send timestamp_ms=-5",
+    "send_many timestamp_ms=2**63",
+    "send_many values=5 (not iterable)",
+    "send_many keys shorter than values",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One step of a workload."""
 
-    kind: str  # send | send_many | send_and_wait | flush | sleep
+    kind: str  # send | send_many | send_and_wait | flush | sleep | bad_send
     topic: str = ""
     count: int = 1
     keyed: bool = False
@@ -114,6 +126,8 @@ def draw_workload(rng: random.Random) -> Workload:
             ops.append(Op("send_and_wait", topic, 1, keyed, headers, cancel))
         elif roll < 0.65:
             ops.append(Op("flush", ms=rng.choice((-1, -1, 100, 1000))))
+        elif roll < 0.68:
+            ops.append(Op("bad_send", topic, rng.randrange(len(BAD_CALLS)), keyed))
         else:
             ops.append(Op("sleep", ms=rng.choice((0, 1, 5, 20, 100, 500))))
     close_timeout = rng.choice((None, None, None, 0.0, 0.5, 3.0))
