@@ -76,6 +76,7 @@ INVALID_RECORD = 87
 
 Trace = Callable[[str], None]
 _REJECTIONS = ("not_leader", "not_enough_replicas", "unknown_producer_id")
+_NO_LOG_START = (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE)
 
 
 @dataclass(slots=True)
@@ -382,7 +383,9 @@ class SimCluster:
                 error_code=error,
                 base_offset=base_offset,
                 log_append_time_ms=-1,
-                log_start_offset=0 if error == NONE else -1,
+                # Kafka reports the log start offset except for these errors
+                # (ReplicaManager.appendToLocalLog); nothing is ever deleted here, so it is 0.
+                log_start_offset=-1 if error in _NO_LOG_START else 0,
                 record_errors=[],
                 error_message=message,
             )

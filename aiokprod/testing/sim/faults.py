@@ -44,6 +44,11 @@ CLOCK_FAULTS = ("starve",)
 CLUSTER_EVENTS = ("election", "restart", "restart_new_port")
 
 ALL_FAULTS = RESPONSE_FAULTS + REQUEST_FAULTS + CONNECT_FAULTS + BROKER_FAULTS + CLOCK_FAULTS
+#: Not drawn by default: a 4.x broker never sends UNKNOWN_PRODUCER_ID, and a spurious one while
+#: an earlier batch's outcome is unknown to the client makes the Java client write a duplicate
+#: too (its epoch bump re-sequences every in-flight batch). Use it in targeted tests only.
+OPT_IN_FAULTS = ("unknown_producer_id",)
+DRAWN_FAULTS = tuple(k for k in ALL_FAULTS if k not in OPT_IN_FAULTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,7 @@ def draw_schedule(rng: random.Random, horizon_ms: int, nodes: int) -> FaultSched
     schedule = FaultSchedule(rng=rng)
     if rng.random() < 0.125:
         return schedule
-    for kind in rng.sample(ALL_FAULTS, rng.randint(1, 4)):
+    for kind in rng.sample(DRAWN_FAULTS, rng.randint(1, 4)):
         start = rng.randrange(0, max(1, horizon_ms * 3 // 4))
         end = start + rng.randint(horizon_ms // 10, horizon_ms)
         probability = rng.choice((0.02, 0.05, 0.1, 0.2, 0.4))
