@@ -22,12 +22,15 @@
     (2 s + max(request, connection setup timeout) + the longest reconnect and retry backoffs),
     one record per topic is sent and flushed; each must be acknowledged (a producer stuck
     after a fault fails this).
+11. A delivery fails only with ``DeliveryTimeoutError``, ``ProducerClosedError`` (``close()``
+    gave up) or a broker's non-retriable error; a transport problem is never a verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiokprod.errors import BrokerError, DeliveryTimeoutError, ProducerClosedError
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.log import LogRecord
 from aiokprod.testing.sim.workload import Recorder, Sent, Workload
@@ -85,6 +88,8 @@ def check_run(
         if idempotent and len(where) > 1:
             spots = ", ".join(f"{w.topic}-{w.partition}@{w.record.offset}" for w in where)
             problems.append(f"{name}: duplicated ({sent.outcome}) at {spots}")
+        if sent.outcome == "failed" and not _allowed_failure(sent.error):
+            problems.append(f"{name}: failed with {sent.error!r}, not a verdict a record may get")
         if sent.outcome == "acked":
             problems += _check_acked(name, sent, where, workload, sent.value in truncated)
         clean_run = not faulty and workload.close_timeout_s is None
@@ -103,6 +108,18 @@ def check_run(
             f"{buffer_waiters} waiter(s)"
         )
     return problems
+
+
+def _allowed_failure(error: BaseException | None) -> bool:
+    """The errors a delivery may end with (invariant 11).
+
+    The delivery timeout, ``close()`` giving up, or a broker's non-retriable error. A
+    transport problem (a broken or lost response, a disconnect, a request timeout) is never a
+    verdict: the record is retried until its delivery timeout, as in the Java client.
+    """
+    if isinstance(error, (DeliveryTimeoutError, ProducerClosedError)):
+        return True
+    return isinstance(error, BrokerError) and not error.retriable
 
 
 def _lateness(sent: Sent, delivery_ms: int, block_ms: int, slack_ms: int) -> int | None:
