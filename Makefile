@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint format docs kafka bench clean simulate
+.PHONY: demo test test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,28 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
+##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
+test-versions: $(STAMP)
+	$(PY) -m pytest tests/integration/test_broker_versions.py --kafka-versions=all
+
 ## test-unit: only the tests that need no broker
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
+## test-under-load: the integration tests with a CPU hog on every core (tools/load.py): the
+##                  hogs end with the tests (killed by PID, also on Ctrl-C or failure) and
+##                  never outlive LOAD_SECONDS (default and maximum 2400 = 40 min);
+##                  LOAD_HOGS=N for another count, PYTEST_ARGS="-x -k ..." to narrow the run
+LOAD_SECONDS ?= 2400
+LOAD_HOGS    ?= $(shell nproc 2>/dev/null || echo 2)
+test-under-load: $(STAMP)
+	$(PY) tools/load.py --hogs $(LOAD_HOGS) --seconds $(LOAD_SECONDS) -- \
+		$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
 ## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
-LINTED := aiokprod tests examples benchmarks docs/gen_config.py
+LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
@@ -38,6 +53,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format $(LINTED)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 
+## test-pythons: the unit tests on every CPython >= 3.11 pyenv has, each in its own venv
+##               (.venv-py3.X); PYTHONS="/path/python ..." or SKIP_PYTHONS="3.11" to choose
+test-pythons:
+	.ci/test-pythons
+
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
@@ -48,6 +68,13 @@ SEEDS ?= 10000
 START ?= 0
 simulate: $(STAMP)
 	$(PY) -m aiokprod.testing.sim $(if $(SEED),--seed $(SEED) --verbose,--seeds $(SEEDS) --start $(START))
+
+## docs-check: build the site, then render every page in headless Chromium (the system's
+##             /usr/bin/chromium: apt-get install -y chromium; none is downloaded) and fail on
+##             console errors, missing assets, requests leaving 127.0.0.1, unhighlighted code
+docs-check: docs
+	$(PY) docs/check_site.py --self-test
+	$(PY) docs/check_site.py site
 
 ## kafka: run a local single-node Apache Kafka until Ctrl-C
 kafka: $(STAMP)
@@ -65,4 +92,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache

@@ -41,7 +41,13 @@ if TYPE_CHECKING:
     )
     from aiokprod.internals.batch import DeliveryFuture
     from aiokprod.producer import Producer
-    from aiokprod.types import ProducerInterceptor, ProducerRecord, RecordMetadata, TopicPartition
+    from aiokprod.types import (
+        ProducerInterceptor,
+        ProducerRecord,
+        RecordMetadata,
+        SerializationContext,
+        TopicPartition,
+    )
 
 #: public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
@@ -64,6 +70,7 @@ _LAZY = {
     "ProducerOptions": "aiokprod.config",
     "ProducerRecord": "aiokprod.types",
     "RecordMetadata": "aiokprod.types",
+    "SerializationContext": "aiokprod.types",
     "RecordTooLargeError": "aiokprod.errors",
     "SaslAuthenticationError": "aiokprod.errors",
     "SerializationError": "aiokprod.errors",
@@ -93,6 +100,7 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "SaslAuthenticationError",
+    "SerializationContext",
     "SerializationError",
     "SslAuthenticationError",
     "TopicPartition",

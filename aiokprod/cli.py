@@ -236,8 +236,22 @@ def build_parser() -> argparse.ArgumentParser:
         "latency percentiles on stdout.",
     )
     _add_common(perf)
-    perf.add_argument("--num-records", "-n", type=_positive_int, required=True, metavar="N")
-    perf.add_argument("--record-size", "-s", type=_positive_int, required=True, metavar="BYTES")
+    perf.add_argument(
+        "--num-records",
+        "-n",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="how many records to send (required)",
+    )
+    perf.add_argument(
+        "--record-size",
+        "-s",
+        type=_positive_int,
+        required=True,
+        metavar="BYTES",
+        help="size of each record's value, random upper-case letters, no key (required)",
+    )
     perf.add_argument(
         "--throughput",
         type=float,

@@ -80,10 +80,6 @@ class DeliveryTimeoutError(KafkaTimeoutError):
     retriable = False
 
 
-class BufferFullError(KafkaError):
-    """``send_nowait()`` found no room in ``buffer_memory``; nothing was enqueued."""
-
-
 class InvalidArgumentError(KafkaError, ValueError):
     """An argument to ``send()`` (partition, timestamp, headers) has a wrong type or value."""
 

@@ -29,3 +29,29 @@ def get_logger(name: str) -> Any:
         processors=_PROCESSORS,
         wrapper_class=structlog.stdlib.BoundLogger,
     )
+
+
+class LogEvery:
+    """Rate limit for repeated warnings: at most one per ``interval_ms`` per key.
+
+    A broker that stays down must be visible (a WARNING soon after it fails) without
+    flooding the log while the producer keeps retrying it.
+    """
+
+    __slots__ = ("_interval_ms", "_last")
+
+    def __init__(self, interval_ms: int) -> None:
+        self._interval_ms = interval_ms
+        self._last: dict[object, int] = {}
+
+    def due(self, key: object, now_ms: int) -> bool:
+        """Whether a message for ``key`` may be logged now (and note that it was)."""
+        last = self._last.get(key)
+        if last is not None and now_ms - last < self._interval_ms:
+            return False
+        self._last[key] = now_ms
+        return True
+
+    def reset(self, key: object) -> None:
+        """Forget ``key`` (it recovered): its next problem is logged at once."""
+        self._last.pop(key, None)

@@ -15,6 +15,7 @@ instead of leaving it hanging.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import enum
 import random
@@ -46,7 +47,13 @@ from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, murmur3_hasher
 from aiokprod.internals.sender import Sender
-from aiokprod.internals.serialization import serialize_headers, serialize_key, serialize_value
+from aiokprod.internals.serialization import (
+    is_plain_serializer,
+    serialize_headers,
+    serialize_key,
+    serialize_special,
+    serialize_value,
+)
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
@@ -54,7 +61,7 @@ from aiokprod.net.sasl import sasl_authenticator
 from aiokprod.net.security import build_ssl_context
 from aiokprod.net.transport import Transport
 from aiokprod.protocol.compression import codec_for_name
-from aiokprod.types import Header, ProducerRecord, RecordMetadata
+from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
 
@@ -143,7 +150,10 @@ class Producer:
         self._transport = transport
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The thread whose event loop started the producer: sends from any other thread
+        #: are refused. (A thread id, not the loop: asyncio.get_running_loop() costs a
+        #: getpid() system call per call before Python 3.12, too much per record.)
+        self._thread_id = -1
         self._state = _State.NEW
         self._stats = ProducerStats()
         self._budget = ByteBudget(cfg.buffer_memory)
@@ -184,9 +194,15 @@ class Producer:
             and not cfg.partitioner_ignore_keys
         )
         self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
+        #: topic -> its TopicPartition objects (the appender's, cached here for send()).
+        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
+        # Coroutine serializers and ones taking a context are awaited / given one; plain
+        # functions (or none) stay on the fast path and allow send_many's column paths.
+        self._key_plain = is_plain_serializer(cfg.key_serializer)
+        self._value_plain = is_plain_serializer(cfg.value_serializer)
         self._interceptors = cfg.interceptors
         self._max_block_s = cfg.max_block_ms / 1000
         self._sender: Sender | None = None
@@ -227,7 +243,7 @@ class Producer:
         if self._state is not _State.NEW:
             raise IllegalStateError(f"start() on a producer that is {self._state.value}")
         loop = asyncio.get_running_loop()
-        self._loop = loop
+        self._thread_id = _thread.get_ident()
         ready: asyncio.Future[None] = loop.create_future()
         self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
         await ready
@@ -384,7 +400,7 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    async def send(
+    async def send(  # noqa: C901 - the per-record hot path, kept in one frame on purpose
         self,
         topic: str,
         value: Any = None,
@@ -423,7 +439,7 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
-        if asyncio.get_running_loop() is not self._loop:
+        if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
@@ -440,10 +456,18 @@ class Producer:
             info = await self._wait_for_topic(topic, partition)
         # Inline guards for the common types (this runs once per record); anything else
         # goes through the shared serializers.
-        if self._key_serializer is not None or (key is not None and type(key) is not bytes):
-            key = serialize_key(self._key_serializer, key)
-        if self._value_serializer is not None or (value is not None and type(value) is not bytes):
-            value = serialize_value(self._value_serializer, value)
+        ks = self._key_serializer
+        if ks is not None or (key is not None and type(key) is not bytes):
+            if self._key_plain or ks is None:
+                key = serialize_key(ks, key)
+            else:
+                key = await serialize_special(ks, key, "key", topic, headers)
+        vs = self._value_serializer
+        if vs is not None or (value is not None and type(value) is not bytes):
+            if self._value_plain or vs is None:
+                value = serialize_value(vs, value)
+            else:
+                value = await serialize_special(vs, value, "value", topic, headers)
         header_bytes = serialize_headers(headers) if headers else None
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
@@ -456,20 +480,28 @@ class Producer:
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise _bad_timestamp(timestamp_ms)
         sticky = None
+        num_partitions = len(info.partitions)
         if partition is None:
             if key is not None and self._hash_keys:
-                partition = self._hasher.partition(key, len(info.partitions))
+                partition = self._hasher.partition(key, num_partitions)
             else:
                 partition, sticky = appender.partitions.choose(
-                    topic, key, len(info.partitions), info.available
+                    topic, key, num_partitions, info.available
                 )
-        tp = appender.partitions_of(topic, len(info.partitions))[partition]
-        appended = appender.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._tps[topic] = appender.partitions_of(topic, num_partitions)
+        tp = tps[partition]
+        # RecordAppender.append, inlined (this runs per record).
+        appended = self._acc.try_append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
         if appended is None:
-            appended = await appender.append_new_batch(
+            batch, index = await appender.append_new_batch(
                 tp, timestamp_ms, key, value, header_bytes, sticky, info, started
             )
-        batch, index = appended
+        else:
+            batch, index, _ = appended
+            if batch.is_full:
+                appender.wakeup()
         handle = DeliveryFuture(batch.result, index, tp, timestamp_ms, key_size, value_size)
         if batch.handles is not None:
             batch.handles.append(handle)
@@ -518,13 +550,13 @@ class Producer:
         """
         if self._state is not _State.RUNNING:
             raise self._not_running()
-        if asyncio.get_running_loop() is not self._loop:
+        if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
         keys, values = _bulk_columns(keys, values)
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        if not self._interceptors:
+        if not self._interceptors and self._key_plain and self._value_plain:
             info = self._metadata.snapshot.topics.get(topic)
             started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):
@@ -708,26 +740,61 @@ class Producer:
             await asyncio.sleep(0)
         return [p.partition for p in info.partitions]
 
-    def metrics(self) -> dict[str, int | float]:
-        """A snapshot of counters and gauges (names are stable; values are since start)."""
+    def metrics(self) -> dict[str, float]:
+        """Producer-wide metrics: the Java producer's names and meanings (docs/metrics.md).
+
+        Rates are per second and averages and maxima cover the last 30-60 s (two 30 s
+        samples, as Java's defaults); ``*-total`` counts since start; an average or maximum
+        with nothing recorded in the window is NaN, as in Java. The names of earlier
+        versions (``records_sent``, ...) are kept alongside.
+        """
         stats = self._stats
+        now_ms = self._clock.monotonic_ms()
         sender = self._sender
         pool = self._pool
+        out = stats.producer_metrics(now_ms)
+        out.update(
+            {
+                "buffer-total-bytes": self._budget.total,
+                "buffer-available-bytes": self._budget.available,
+                "waiting-threads": self._budget.waiter_count,
+                "requests-in-flight": pool.in_flight_requests() if pool else 0,
+                "batches-queued": self._acc.queued_batches(),
+                "batches-in-flight": sender.in_flight_batches if sender else 0,
+                "batches-compressed-in-thread": stats.batches_compressed_in_thread,
+                "metadata-version": self._metadata.version,
+                # names of earlier versions
+                "records_sent": stats.total("record-send"),
+                "records_failed": stats.total("record-error"),
+                "records_retried": stats.total("record-retry"),
+                "batches_sent": stats.total("batch"),
+                "requests_sent": stats.total("request"),
+                "bytes_sent": stats.total("outgoing-byte"),
+                "batches_compressed_in_thread": stats.batches_compressed_in_thread,
+                "buffer_total_bytes": self._budget.total,
+                "buffer_available_bytes": self._budget.available,
+                "buffer_waiters": self._budget.waiter_count,
+                "batches_queued": self._acc.queued_batches(),
+                "batches_in_flight": sender.in_flight_batches if sender else 0,
+                "requests_in_flight": pool.in_flight_requests() if pool else 0,
+                "metadata_version": self._metadata.version,
+            }
+        )
+        return out
+
+    def metric_groups(self) -> dict[str, Any]:
+        """Every metric, by group.
+
+        ``producer-metrics`` (as :meth:`metrics`), ``producer-topic-metrics`` (per topic),
+        ``producer-node-metrics`` (per broker id) and ``latency-histograms`` (cumulative
+        buckets, for exporters).
+        """
+        now_ms = self._clock.monotonic_ms()
         return {
-            "records_sent": stats.records_sent,
-            "records_failed": stats.records_failed,
-            "records_retried": stats.records_retried,
-            "batches_sent": stats.batches_sent,
-            "requests_sent": stats.requests_sent,
-            "bytes_sent": stats.bytes_sent,
-            "batches_compressed_in_thread": stats.batches_compressed_in_thread,
-            "buffer_total_bytes": self._budget.total,
-            "buffer_available_bytes": self._budget.available,
-            "buffer_waiters": self._budget.waiter_count,
-            "batches_queued": self._acc.queued_batches(),
-            "batches_in_flight": sender.in_flight_batches if sender else 0,
-            "requests_in_flight": pool.in_flight_requests() if pool else 0,
-            "metadata_version": self._metadata.version,
+            "producer-metrics": self.metrics(),
+            "producer-topic-metrics": self._stats.topic_metrics(now_ms),
+            "producer-node-metrics": self._stats.node_metrics(now_ms),
+            "latency-histograms": self._stats.histograms(),
         }
 
     def _check_running(self) -> None:

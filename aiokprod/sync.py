@@ -250,11 +250,19 @@ class SyncProducer:
         finally:
             self._leave()
 
-    def metrics(self) -> dict[str, int | float]:
-        """A snapshot of the producer's counters and gauges (see :meth:`Producer.metrics`)."""
+    def metrics(self) -> dict[str, float]:
+        """The producer-wide metrics (see :meth:`Producer.metrics`)."""
         producer = self._enter("metrics")
         try:
             return self._run(_call(producer.metrics))
+        finally:
+            self._leave()
+
+    def metric_groups(self) -> dict[str, Any]:
+        """Every metric, by group (see :meth:`Producer.metric_groups`)."""
+        producer = self._enter("metric_groups")
+        try:
+            return self._run(_call(producer.metric_groups))
         finally:
             self._leave()
 

@@ -48,6 +48,23 @@ class RecordMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class SerializationContext:
+    """What a serializer that takes a second argument is told (as confluent-kafka's).
+
+    Schema Registry serializers need the topic (subject naming) and sometimes the headers.
+
+    Attributes:
+        topic: the record's topic.
+        field: ``"key"`` or ``"value"``: which part is being serialized.
+        headers: the record's headers as given to ``send()``, or None.
+    """
+
+    topic: str
+    field: str
+    headers: Sequence[Header] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerRecord:
     """A record as the caller handed it to ``send()``, before serialization.
 

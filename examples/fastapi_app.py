@@ -15,7 +15,8 @@ or with the project's local Kafka (the topic is created first)::
 
     python -m aiokprod.testing exec --topic events:3 -- uvicorn examples.fastapi_app:app
 
-tests/integration/test_fastapi_example.py drives it with FastAPI's TestClient.
+tests/integration/test_fastapi_example.py drives it with FastAPI's TestClient;
+tests/integration/test_examples.py runs the ``exec`` command above and POSTs to it.
 """
 
 import os

@@ -1,3 +1,6 @@
-"""Shared pytest configuration: the local Apache Kafka fixtures come from aiokprod.testing."""
+"""Shared pytest configuration.
 
-pytest_plugins = ["aiokprod.testing.pytest_plugin"]
+The local Apache Kafka fixtures (``kafka``, ``new_topic``, ...) come from aiokprod's pytest
+plugin, which pytest loads through its ``pytest11`` entry point (see pyproject.toml): there is
+nothing to list here.
+"""

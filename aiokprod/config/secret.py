@@ -6,7 +6,16 @@ import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-Serializer = Callable[[Any], bytes | None]
+from aiokprod.types import SerializationContext
+
+#: A key or value serializer: ``f(obj)`` or, to be told the topic and headers as Schema
+#: Registry serializers need, ``f(obj, ctx)``; either may be a coroutine function.
+Serializer = (
+    Callable[[Any], bytes | None]
+    | Callable[[Any], Awaitable[bytes | None]]
+    | Callable[[Any, SerializationContext], bytes | None]
+    | Callable[[Any, SerializationContext], Awaitable[bytes | None]]
+)
 #: A custom partitioner: (topic, serialized key, number of partitions, available partitions)
 #: -> partition.
 PartitionerFunction = Callable[[str, bytes | None, int, Sequence[int]], int]

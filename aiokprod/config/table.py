@@ -361,14 +361,19 @@ class ProducerConfig:
         group=_HOOKS,
         java_note="key.serializer",
         doc="A function turning a key into `bytes` (or None). Without it keys must be "
-        "`bytes`, `bytearray`, `memoryview`, `str` (UTF-8) or None.",
+        "`bytes`, `bytearray`, `memoryview`, `str` (UTF-8) or None. It may be a coroutine "
+        "function (awaited), and may take a second argument, a `SerializationContext` "
+        "(topic, field, headers) as Schema Registry serializers do: a second positional "
+        "parameter without a default, or one named `ctx`/`context`.",
     )
     value_serializer: Serializer | None = option(
         default=None,
         check=c.optional_callable,
         group=_HOOKS,
         java_note="value.serializer",
-        doc="A function turning a value into `bytes` (or None); the same default as keys.",
+        doc="A function turning a value into `bytes` (or None); the same default and the "
+        "same forms as `key_serializer` (coroutine functions, a `SerializationContext`). "
+        "With a coroutine or context serializer `send_many()` serializes record by record.",
     )
     interceptors: tuple[ProducerInterceptor, ...] = option(
         default=(),

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from aiokprod.errors import KafkaError
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
-from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot
+from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot, TopicInfo
+from aiokprod.internals.partitioner import StickyPartitionState
 from aiokprod.protocol.records import (
     BATCH_HEADER_SIZE,
+    RECORD_FRAMING_BOUND,
     Compressor,
     RecordBatchBuilder,
-    record_size_upper_bound,
 )
 from aiokprod.types import TopicPartition
 
@@ -41,15 +42,22 @@ DrainFilter = Callable[[ProducerBatch], bool]
 AppendResult = tuple[ProducerBatch, int, int]
 
 
+_BATCH_OF_ONE_FRAMING = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
+
+
 def batch_of_one_size(key_size: int, value_size: int, headers_size: int) -> int:
     """The most bytes a record can take in a batch of its own (sizes: -1 for null).
 
     The one size bound: a record above ``max_request_size`` or ``buffer_memory`` by this
     measure is refused, and a new batch reserves at least this much of ``buffer_memory``.
-    ``headers_size`` is the encoded headers' length, 0 for none.
+    ``headers_size`` is the encoded headers' length, 0 for none. Equal to
+    ``BATCH_HEADER_SIZE + record_size_upper_bound(...)``, written flat: it runs per record.
     """
-    return BATCH_HEADER_SIZE + record_size_upper_bound(
-        max(key_size, 0), max(value_size, 0), headers_size
+    return (
+        _BATCH_OF_ONE_FRAMING
+        + (key_size if key_size > 0 else 0)
+        + (value_size if value_size > 0 else 0)
+        + (headers_size or 1)
     )
 
 
@@ -114,8 +122,14 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         headers: bytes | None,
+        sticky: StickyPartitionState | None = None,
+        info: TopicInfo | None = None,
     ) -> AppendResult | None:
         """Append to the partition's open batch; None if a new batch is needed.
+
+        With ``sticky`` (an unkeyed record on the uniform sticky partitioner; ``info`` is its
+        topic) the appended bytes are counted towards switching partitions (KIP-794), as the
+        Java accumulator feeds ``appendedBytes`` to its built-in partitioner.
 
         Returns:
             What happened (:data:`AppendResult`), or None when the partition has no open
@@ -130,7 +144,12 @@ class RecordAccumulator:
                 if index >= 0:
                     if builder.full:
                         last.is_full = True
-                    return last, index, builder.appended_bytes
+                    size = builder.appended_bytes
+                    if sticky is not None and info is not None:
+                        sticky.produced_bytes += size
+                        if sticky.produced_bytes >= sticky.batch_size:
+                            sticky.maybe_switch(last.is_full, len(info.partitions), info.available)
+                    return last, index, size
                 last.is_full = True
         return None
 

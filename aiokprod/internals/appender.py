@@ -101,16 +101,18 @@ class RecordAppender:
         sticky: StickyPartitionState | None,
         info: TopicInfo,
     ) -> tuple[ProducerBatch, int] | None:
-        """Append to the partition's open batch; None when a new batch is needed."""
-        appended = self._acc.try_append(tp, timestamp_ms, key, value, headers)
+        """Append to the partition's open batch; None when a new batch is needed.
+
+        ``send()`` inlines this (it runs per record): the accumulator's ``try_append``
+        with the sticky accounting, then a wakeup if the batch filled up.
+        """
+        appended = self._acc.try_append(tp, timestamp_ms, key, value, headers, sticky, info)
         if appended is None:
             return None
-        batch, index, size = appended
-        if sticky is not None:
-            sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
+        batch = appended[0]
         if batch.is_full:
             self.wakeup()
-        return batch, index
+        return batch, appended[1]
 
     async def append_new_batch(
         self,

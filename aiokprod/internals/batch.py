@@ -252,6 +252,7 @@ class ProducerBatch:
         "handles",
         "in_flight",
         "is_full",
+        "not_appended",
         "producer_epoch",
         "producer_id",
         "reserved_bytes",
@@ -290,6 +291,8 @@ class ProducerBatch:
         self.base_sequence = -1
         #: Renumbered under a new epoch after a sequence gap (Java: "reopened").
         self.sequence_reset = False
+        #: Refused with OUT_OF_ORDER_SEQUENCE_NUMBER behind a gap: certainly not appended.
+        self.not_appended = False
         #: Per-record handles, kept only when interceptors need them at completion.
         self.handles: list[DeliveryFuture] | None = [] if keep_handles else None
 

@@ -73,8 +73,14 @@ class PartitionSequences:
     in_flight: list[ProducerBatch] = field(default_factory=list)
     #: Set when a batch that had been sent expired: its outcome is unknown.
     unresolved: bool = False
-    #: The sequence that follows the unresolved batch.
-    unresolved_next_sequence: int = -1
+    #: The sequences that directly follow an expired (unresolved) batch: an
+    #: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch starting there proves that expired batch was
+    #: not appended.
+    after_expired: set[int] = field(default_factory=set)
+    #: Set when a batch was rejected for good: its sequences are a gap. Later batches are
+    #: resent under their own stamps until each has a definite answer (appended, or refused
+    #: with OUT_OF_ORDER_SEQUENCE_NUMBER); only then are the refused ones renumbered.
+    gap: bool = False
 
 
 class IdempotenceState:
@@ -103,7 +109,9 @@ class IdempotenceState:
         self.producer_epoch = producer_epoch
         self.producer_id_required = False
         self.epoch_bump_required = False
-        self._rewrite.clear()
+        # A new id may settle a bump the exhausted epoch could not: the partitions that
+        # asked for it are renumbered under the new id (their batches were not appended).
+        self._renumber_requested()
 
     def _state(self, tp: TopicPartition) -> PartitionSequences:
         state = self._partitions.get(tp)
@@ -131,9 +139,12 @@ class IdempotenceState:
                 # Old-epoch batches are still out: a new-epoch batch with sequence 0 must
                 # not overtake them.
                 return False
-            # An earlier batch's outcome is unknown: wait until it is resolved.
-            return not state.unresolved
-        # A retry: only the lowest unacknowledged sequence may go (in-flight drops to 1).
+            # An earlier batch's outcome is unknown, or a gap is being settled: wait.
+            return not (state.unresolved or state.gap)
+        # A retry: only the lowest unacknowledged sequence may go (in-flight drops to 1);
+        # behind a gap, one the broker refused waits to be renumbered.
+        if batch.not_appended and state.gap:
+            return False
         return bool(state.in_flight) and state.in_flight[0] is batch
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
@@ -181,13 +192,18 @@ class IdempotenceState:
                 self._request_bump(batch.tp)
             return Verdict.RETRY
         if isinstance(error, OutOfOrderSequenceNumberError):
+            if state.gap and not batch.sequence_reset:
+                # Behind the gap: the broker refused it, so it was not appended. It waits
+                # (see can_drain) and is renumbered once the gap is settled.
+                batch.not_appended = True
+                return Verdict.RETRY
             if not state.unresolved and (
                 batch.sequence_reset or not self._is_next_sequence(state, batch.base_sequence)
             ):
                 # Not the next expected batch: an earlier batch's failure or retry caused
                 # this; it resolves when that one is resent.
                 return Verdict.RETRY
-            if not state.unresolved or batch.base_sequence == state.unresolved_next_sequence:
+            if not state.unresolved or batch.base_sequence in state.after_expired:
                 # A real gap: the broker has everything before this batch and not it, so
                 # neither it nor anything after it was appended: renumber under a new epoch.
                 self._request_bump(batch.tp)
@@ -197,8 +213,15 @@ class IdempotenceState:
     def on_failure(self, batch: ProducerBatch, error: BaseException, *, may_retry: bool) -> None:
         """A stamped batch failed for good with a definite broker error.
 
-        Java's ``handleFailedBatch``: the broker did not append it, so its sequences are a
-        gap that every later batch of the partition would hit; a new epoch repairs that.
+        The broker did not append it, so its sequences are a gap. The Java client
+        (``handleFailedBatch``) bumps the epoch at once and renumbers every unacknowledged
+        batch of the partition; but a batch sent before the failed one may have been
+        appended (its answer was lost), and so may one sent after it when the broker has no
+        state for this producer (it then accepts any sequence). Renumbering those would
+        write them twice. So the partition enters *gap* mode instead: nothing new is sent,
+        its other batches are resent under their own stamps until each is either
+        acknowledged or refused with OUT_OF_ORDER_SEQUENCE_NUMBER, and then the epoch is
+        bumped and only the refused ones are renumbered (:meth:`resolve_sequences`).
         With ``may_retry`` false (retries exhausted) the outcome of earlier attempts is
         unknown, so the partition is left alone, as the Java client does.
         """
@@ -206,10 +229,10 @@ class IdempotenceState:
         if state is None or not batch.has_sequence:
             return
         _remove(state.in_flight, batch)
-        if isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)) or (
-            may_retry and isinstance(error, BrokerError)
-        ):
+        if isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)):
             self._request_bump(batch.tp)
+        elif may_retry and isinstance(error, BrokerError):
+            state.gap = True
 
     def on_expired(self, batch: ProducerBatch, *, outstanding: bool) -> None:
         """A stamped batch reached its delivery timeout (its records fail with a timeout).
@@ -229,8 +252,7 @@ class IdempotenceState:
         if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
             return
         next_sequence = increment_sequence(batch.base_sequence, batch.record_count)
-        if not state.unresolved or _seq_after(next_sequence, state.unresolved_next_sequence):
-            state.unresolved_next_sequence = next_sequence
+        state.after_expired.add(next_sequence)
         state.unresolved = True
 
     def on_late_outcome(self, batch: ProducerBatch, *, appended: bool) -> None:
@@ -256,12 +278,26 @@ class IdempotenceState:
         is lost and the epoch is bumped (the partition restarts at 0 under it).
         """
         for tp, state in self._partitions.items():
+            if state.gap:
+                self._settle_gap(tp, state)
             if not state.unresolved or state.in_flight:
                 continue
             state.unresolved = False
-            state.unresolved_next_sequence = -1
+            state.after_expired.clear()
             if not self._is_next_sequence(state, state.next_sequence):
                 self._request_bump(tp)
+
+    def _settle_gap(self, tp: TopicPartition, state: PartitionSequences) -> None:
+        """End gap mode once every remaining batch's fate is known (see :meth:`on_failure`)."""
+        batches = state.in_flight
+        if any(b.in_flight for b in batches):
+            return  # answers are still coming
+        if batches and not batches[0].not_appended:
+            return  # the head is resent under its own stamp first (can_drain lets it go)
+        # Nothing left, or the head was refused: the broker has state and refuses everything
+        # behind the gap, so what remains was not appended and can be renumbered.
+        state.gap = False
+        self._request_bump(tp)
 
     def _is_next_sequence(self, state: PartitionSequences, sequence: int) -> bool:
         expected = 0 if state.last_acked_sequence < 0 else state.last_acked_sequence + 1
@@ -284,21 +320,27 @@ class IdempotenceState:
             self.producer_id_required = True
             return False
         self.producer_epoch += 1
+        self._renumber_requested()
+        return True
+
+    def _renumber_requested(self) -> None:
+        """Renumber the partitions that asked for it from 0 under the current id and epoch."""
         for tp in sorted(self._rewrite):
             state = self._state(tp)
             state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
             state.next_sequence = 0
             state.last_acked_sequence = -1
             state.unresolved = False
-            state.unresolved_next_sequence = -1
+            state.after_expired.clear()
+            state.gap = False
             # Expired batches are never resent: they keep no place in the new numbering.
             state.in_flight = [b for b in state.in_flight if b.final_state is None]
             for batch in state.in_flight:
                 batch.stamp(self.producer_id, self.producer_epoch, state.next_sequence)
                 batch.sequence_reset = True
+                batch.not_appended = False
                 state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
         self._rewrite.clear()
-        return True
 
     def unacked(self, tp: TopicPartition) -> list[ProducerBatch]:
         """The partition's batches with a sequence and no outcome yet."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.errors import AuthenticationError, KafkaError, MetadataTimeoutError
 from aiokprod.internals.metadata import MetadataState, TopicInfo
-from aiokprod.logs import get_logger
+from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
 from aiokprod.protocol.messages.metadata import (
     MetadataRequest,
@@ -24,6 +24,10 @@ from aiokprod.protocol.messages.metadata import (
 )
 
 log = get_logger("aiokprod.metadata")
+
+#: Consecutive failed refreshes before a WARNING, and how often it repeats while failing.
+WARN_AFTER_FAILURES = 3
+WARN_EVERY_MS = 30_000
 
 
 class MetadataFetcher:
@@ -61,6 +65,8 @@ class MetadataFetcher:
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_error: BaseException | None = None
         self._closed_error: BaseException | None = None
+        self._failures = 0
+        self._warn = LogEvery(WARN_EVERY_MS)
 
     def maybe_refresh(self, now_ms: int) -> int:
         """Start a refresh if one is due; returns ms until the next one may be due."""
@@ -93,8 +99,20 @@ class MetadataFetcher:
                 raise KafkaError("Metadata answered with another message")
         except KafkaError as exc:
             self.last_error = exc
-            self.state.failed(self._clock.monotonic_ms())
-            log.debug("metadata refresh failed", node=node_id, error=str(exc))
+            now_ms = self._clock.monotonic_ms()
+            self.state.failed(now_ms)
+            self._failures += 1
+            if self._failures >= WARN_AFTER_FAILURES and self._warn.due("refresh", now_ms):
+                log.warning(
+                    "cannot fetch metadata; sends wait up to max_block_ms for it, queued "
+                    "records up to delivery_timeout_ms",
+                    failures=self._failures,
+                    node=node_id,
+                    error=str(exc),
+                    topics=len(topics),
+                )
+            else:
+                log.debug("metadata refresh failed", node=node_id, error=str(exc))
             self._refreshing = False
             if isinstance(exc, AuthenticationError):
                 # Credentials will not get better by waiting out max_block_ms: fail fast.
@@ -106,6 +124,10 @@ class MetadataFetcher:
             raise
         self._refreshing = False
         self.last_error = None
+        if self._failures >= WARN_AFTER_FAILURES:
+            log.warning("metadata fetched again", after_failures=self._failures)
+        self._failures = 0
+        self._warn.reset("refresh")
         # The sender passes the new brokers on to the pool (it follows ``state.version``).
         self.state.update(response, topics, self._clock.monotonic_ms())
         self._wake_waiters()

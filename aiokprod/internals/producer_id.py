@@ -46,7 +46,7 @@ async def init_producer_id(
     attempts = 0
     while not stopped():
         node = pool.least_loaded_node(clock.monotonic_ms())
-        error: KafkaError | None = None
+        error: KafkaError = KafkaConnectionError("no broker can be reached now")
         if node is not None:
             try:
                 return await _ask(pool, node, timeout_s)

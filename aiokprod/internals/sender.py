@@ -217,9 +217,9 @@ class Sender:
             timeout_ms=self._config.request_timeout_ms,
             topic_data=[ProduceTopicData(name=t, partition_data=p) for t, p in topics.items()],
         )
-        self._stats.on_request(len(batches), sum(b.record_count for b in batches), size)
+        self._stats.on_request(node, batches, size, now_ms)
         acks_zero = self._config.acks == 0
-        handler = functools.partial(self._on_produce_response, by_tp)
+        handler = functools.partial(self._on_produce_response, by_tp, node, now_ms)
         try:
             if conn is None:
                 raise KafkaConnectionError(f"node {node}: connection closed before sending")
@@ -245,6 +245,8 @@ class Sender:
     def _on_produce_response(
         self,
         by_tp: dict[TopicPartition, ProducerBatch],
+        node: int,
+        sent_ms: int,
         body: Struct | None,
         error: BaseException | None,
     ) -> None:
@@ -260,6 +262,7 @@ class Sender:
                 self._on_batch_error(batch, failure, now_ms)
             self.wakeup()
             return
+        self._stats.on_response(node, now_ms - sent_ms, body.throttle_time_ms, now_ms)
         endpoints = {
             e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
         }
@@ -353,7 +356,7 @@ class Sender:
             )
         )
         self._acc.reenqueue(batch, now_ms, wait)
-        self._stats.on_retry(batch.record_count)
+        self._stats.on_retry(batch, now_ms)
         log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
 
     def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
@@ -414,7 +417,7 @@ class Sender:
         self._acc.deallocate(batch)
         if self._idem is not None:
             self._idem.on_success(batch)
-        self._stats.on_success(batch.record_count)
+        self._stats.on_success(batch, self._clock.monotonic_ms())
         self._notify_interceptors(batch)
 
     def _fail(
@@ -459,7 +462,7 @@ class Sender:
         if not batch.fail(exc, record_errors):
             return False
         self._acc.deallocate(batch)
-        self._stats.on_failure(batch.record_count)
+        self._stats.on_failure(batch, self._clock.monotonic_ms())
         log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
         self._notify_interceptors(batch)
         return True

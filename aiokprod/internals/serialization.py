@@ -7,13 +7,16 @@ Without a configured serializer, keys and values may be ``bytes``, ``bytearray``
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokprod.errors import SerializationError
 from aiokprod.protocol.records import encode_headers
+from aiokprod.types import SerializationContext
 
-Serializer = Callable[[Any], Any]
+#: Any serializer callable (its shape is checked where it is called).
+Serializer = Callable[..., Any]
 
 
 def to_bytes(obj: object, what: str) -> bytes | None:
@@ -40,13 +43,7 @@ def apply_serializer(serializer: Serializer, obj: object, what: str) -> bytes | 
         raise
     except Exception as exc:
         raise SerializationError(f"{what}_serializer failed: {exc!r}") from exc
-    if result is None or type(result) is bytes:
-        return result
-    if isinstance(result, bytearray | memoryview):
-        return bytes(result)
-    raise SerializationError(
-        f"{what}_serializer returned {type(result).__name__}; it must return bytes or None"
-    )
+    return _checked(result, what)
 
 
 def serialize_key(serializer: Serializer | None, key: object) -> bytes | None:
@@ -65,6 +62,78 @@ def serialize_value(serializer: Serializer | None, value: object) -> bytes | Non
     if value is None or type(value) is bytes:
         return value
     return to_bytes(value, "value")
+
+
+def is_plain_serializer(serializer: Serializer | None) -> bool:
+    """Whether ``serializer`` is a synchronous one-argument function (or None).
+
+    Those are called on the fast path. A coroutine function, or one that takes a second
+    argument (a :class:`~aiokprod.types.SerializationContext`, as confluent-kafka's Schema
+    Registry serializers do), goes through :func:`serialize_special` instead; deciding this
+    once, when the producer is built, costs the plain case nothing per record.
+    """
+    if serializer is None:
+        return True
+    return not (_is_async(serializer) or _takes_context(serializer))
+
+
+async def serialize_special(
+    serializer: Serializer,
+    obj: object,
+    field: str,
+    topic: str,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+) -> bytes | None:
+    """Call a serializer that wants a context and/or is a coroutine function."""
+    try:
+        if _takes_context(serializer):
+            result = serializer(obj, SerializationContext(topic, field, headers))
+        else:
+            result = serializer(obj)
+        if inspect.isawaitable(result):
+            result = await result
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"{field}_serializer failed: {exc!r}") from exc
+    return _checked(result, field)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a second positional argument meant for the context.
+
+    That is one without a default (``f(obj, ctx)``), or one named ``ctx`` or ``context``
+    with a default (confluent-kafka's ``__call__(obj, ctx=None)``). An optional second
+    argument by any other name (``str.encode``'s ``encoding``) is left alone.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature (some builtins): called plainly
+        return False
+    positional = [
+        p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 2:
+        return False
+    second = positional[1]
+    return second.default is inspect.Parameter.empty or second.name in ("ctx", "context")
+
+
+def _checked(result: object, field: str) -> bytes | None:
+    if result is None or type(result) is bytes:
+        return result
+    if isinstance(result, bytearray | memoryview):
+        return bytes(result)
+    raise SerializationError(
+        f"{field}_serializer returned {type(result).__name__}; it must return bytes or None"
+    )
 
 
 def serialize_headers(headers: object) -> bytes | None:

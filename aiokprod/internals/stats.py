@@ -1,38 +1,305 @@
-"""Counters behind ``Producer.metrics()``, updated per batch and per request (never per record)."""
+"""Producer metrics with the Java client's names and meanings, recorded per batch and request.
+
+Like the Java producer's ``producer-metrics``, ``producer-topic-metrics`` and
+``producer-node-metrics`` groups: totals since start, and rates, averages and maxima over a
+sliding window of two 30 s samples (Java's ``metrics.sample.window.ms`` and
+``metrics.num.samples`` defaults), computed as Java's ``Rate`` and ``SampledStat`` do. Three
+latency histograms (request latency, record queue time, send to acknowledgement) keep
+cumulative bucket counts for exporters. Nothing here runs per record: every call takes a
+batch or a request, and the time comes from the producer's clock.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+from aiokprod.internals.batch import ProducerBatch
+
+#: Java's metrics.sample.window.ms and metrics.num.samples defaults.
+WINDOW_MS = 30_000
+SAMPLES = 2
+#: Upper bounds (ms) of the latency histograms' buckets; a last one takes everything above.
+LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000,
+)  # fmt: skip
+
+
+class Windowed:
+    """A sampled statistic: count, sum and max per 30 s sample, the last two kept."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self) -> None:
+        #: [start_ms, count, total, max] per sample, oldest first.
+        self._samples: list[list[float]] = []
+
+    def record(self, value: float, now_ms: int) -> None:
+        """Add one observation of ``value`` at ``now_ms``."""
+        samples = self._samples
+        if not samples or now_ms - samples[-1][0] >= WINDOW_MS:
+            samples.append([now_ms, 0, 0.0, -math.inf])
+            if len(samples) > SAMPLES:
+                del samples[0]
+        sample = samples[-1]
+        sample[1] += 1
+        sample[2] += value
+        if value > sample[3]:
+            sample[3] = value
+
+    def _live(self, now_ms: int) -> list[list[float]]:
+        horizon = now_ms - SAMPLES * WINDOW_MS
+        return [s for s in self._samples if s[0] > horizon]
+
+    def rate(self, now_ms: int) -> float:
+        """Sum per second over the window (Java's ``Rate``; 0 with no observation)."""
+        live = self._live(now_ms)
+        if not live:
+            return 0.0
+        elapsed = now_ms - live[0][0]
+        full = int(elapsed // WINDOW_MS)
+        if full < SAMPLES - 1:
+            elapsed += (SAMPLES - 1 - full) * WINDOW_MS
+        return sum(s[2] for s in live) / (max(elapsed, 1) / 1000)
+
+    def count_rate(self, now_ms: int) -> float:
+        """Observations per second over the window."""
+        live = self._live(now_ms)
+        if not live:
+            return 0.0
+        elapsed = now_ms - live[0][0]
+        full = int(elapsed // WINDOW_MS)
+        if full < SAMPLES - 1:
+            elapsed += (SAMPLES - 1 - full) * WINDOW_MS
+        return sum(s[1] for s in live) / (max(elapsed, 1) / 1000)
+
+    def avg(self, now_ms: int) -> float:
+        """Mean observation over the window (NaN with none, as Java reports)."""
+        live = self._live(now_ms)
+        count = sum(s[1] for s in live)
+        return sum(s[2] for s in live) / count if count else math.nan
+
+    def max(self, now_ms: int) -> float:
+        """Largest observation over the window (NaN with none)."""
+        live = self._live(now_ms)
+        return max((s[3] for s in live), default=math.nan)
+
+
+class Histogram:
+    """Cumulative latency buckets since start (for Prometheus/OpenTelemetry exporters)."""
+
+    __slots__ = ("count", "counts", "sum_ms")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        self.count = 0
+        self.sum_ms = 0.0
+
+    def record(self, value_ms: float) -> None:
+        """Add one latency."""
+        index = 0
+        for bound in LATENCY_BUCKETS_MS:
+            if value_ms <= bound:
+                break
+            index += 1
+        self.counts[index] += 1
+        self.count += 1
+        self.sum_ms += value_ms
+
+    def snapshot(self) -> dict[str, object]:
+        """``{"bounds_ms": [...], "counts": [...], "count": n, "sum_ms": s}``."""
+        return {
+            "bounds_ms": list(LATENCY_BUCKETS_MS),
+            "counts": list(self.counts),
+            "count": self.count,
+            "sum_ms": self.sum_ms,
+        }
 
 
 @dataclass(slots=True)
+class _Group:
+    """Windowed statistics and totals of one metric group (producer, a topic or a node)."""
+
+    stats: dict[str, Windowed] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=dict)
+
+    def record(self, name: str, value: float, now_ms: int) -> None:
+        stat = self.stats.get(name)
+        if stat is None:
+            stat = self.stats[name] = Windowed()
+        stat.record(value, now_ms)
+        self.totals[name] = self.totals.get(name, 0) + value
+
+
 class ProducerStats:
-    """Running totals since the producer started."""
+    """Everything behind ``Producer.metrics()`` (recorded per batch and per request)."""
 
-    records_sent: int = 0
-    records_failed: int = 0
-    records_retried: int = 0
-    batches_sent: int = 0
-    requests_sent: int = 0
-    bytes_sent: int = 0
-    records_in_requests: int = 0
-    batches_compressed_in_thread: int = 0
+    def __init__(self) -> None:
+        self._producer = _Group()
+        self._topics: dict[str, _Group] = {}
+        self._nodes: dict[int, _Group] = {}
+        self.request_latency = Histogram()
+        self.record_queue_time = Histogram()
+        self.send_to_ack = Histogram()
+        self.batches_compressed_in_thread = 0
 
-    def on_request(self, batches: int, records: int, size: int) -> None:
-        """A Produce request was written (retries count again)."""
-        self.requests_sent += 1
-        self.batches_sent += batches
-        self.records_in_requests += records
-        self.bytes_sent += size
+    def _topic(self, topic: str) -> _Group:
+        group = self._topics.get(topic)
+        if group is None:
+            group = self._topics[topic] = _Group()
+        return group
 
-    def on_success(self, records: int) -> None:
-        """Records were acknowledged."""
-        self.records_sent += records
+    def _node(self, node: int) -> _Group:
+        group = self._nodes.get(node)
+        if group is None:
+            group = self._nodes[node] = _Group()
+        return group
 
-    def on_failure(self, records: int) -> None:
-        """Records failed for good."""
-        self.records_failed += records
+    # --- recording --------------------------------------------------------------------------
 
-    def on_retry(self, records: int) -> None:
-        """Records go back to the queue for another attempt."""
-        self.records_retried += records
+    def on_request(self, node: int, batches: list[ProducerBatch], size: int, now_ms: int) -> None:
+        """A Produce request with ``batches`` (``size`` bytes) was written to ``node``."""
+        p = self._producer
+        p.record("request", 1, now_ms)
+        p.record("outgoing-byte", size, now_ms)
+        p.record("batch", len(batches), now_ms)
+        records = 0
+        for batch in batches:
+            closed = batch.closed
+            if closed is None:  # pragma: no cover - drained batches are closed
+                continue
+            count = closed.record_count
+            records += count
+            p.record("batch-size", closed.size_in_bytes, now_ms)
+            p.record("record-size", closed.uncompressed_size / max(count, 1), now_ms)
+            ratio = closed.size_in_bytes / max(closed.uncompressed_size, 1)
+            p.record("compression-rate", ratio, now_ms)
+            topic = self._topic(batch.tp.topic)
+            topic.record("byte", closed.size_in_bytes, now_ms)
+            topic.record("compression-rate", ratio, now_ms)
+            if batch.attempts == 0:
+                queued = now_ms - batch.created_ms
+                p.record("record-queue-time", queued, now_ms)
+                self.record_queue_time.record(queued)
+        p.record("records-per-request", records, now_ms)
+        n = self._node(node)
+        n.record("request", 1, now_ms)
+        n.record("outgoing-byte", size, now_ms)
+
+    def on_response(self, node: int, latency_ms: int, throttle_ms: int, now_ms: int) -> None:
+        """``node`` answered a Produce request after ``latency_ms``."""
+        p = self._producer
+        p.record("response", 1, now_ms)
+        p.record("request-latency", latency_ms, now_ms)
+        p.record("produce-throttle-time", throttle_ms, now_ms)
+        self.request_latency.record(latency_ms)
+        n = self._node(node)
+        n.record("response", 1, now_ms)
+        n.record("request-latency", latency_ms, now_ms)
+
+    def on_success(self, batch: ProducerBatch, now_ms: int) -> None:
+        """A batch was acknowledged."""
+        count = batch.record_count
+        self._producer.record("record-send", count, now_ms)
+        self._topic(batch.tp.topic).record("record-send", count, now_ms)
+        self.send_to_ack.record(now_ms - batch.created_ms)
+
+    def on_failure(self, batch: ProducerBatch, now_ms: int) -> None:
+        """A batch failed for good."""
+        count = batch.record_count
+        self._producer.record("record-error", count, now_ms)
+        self._topic(batch.tp.topic).record("record-error", count, now_ms)
+
+    def on_retry(self, batch: ProducerBatch, now_ms: int) -> None:
+        """A batch goes back to the queue for another attempt."""
+        count = batch.record_count
+        self._producer.record("record-retry", count, now_ms)
+        self._topic(batch.tp.topic).record("record-retry", count, now_ms)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def total(self, name: str) -> float:
+        """A producer-wide total since start (0 if never recorded)."""
+        return self._producer.totals.get(name, 0)
+
+    def producer_metrics(self, now_ms: int) -> dict[str, float]:
+        """The ``producer-metrics`` group (Java names), rates per second."""
+        g = self._producer
+        out: dict[str, float] = {}
+        for name in ("record-send", "record-error", "record-retry"):
+            out[f"{name}-rate"] = _rate(g, name, now_ms)
+            out[f"{name}-total"] = g.totals.get(name, 0)
+        out["request-rate"] = _rate(g, "request", now_ms)
+        out["request-total"] = g.totals.get("request", 0)
+        out["response-rate"] = _rate(g, "response", now_ms)
+        out["response-total"] = g.totals.get("response", 0)
+        out["outgoing-byte-rate"] = _rate(g, "outgoing-byte", now_ms)
+        out["outgoing-byte-total"] = g.totals.get("outgoing-byte", 0)
+        for name in (
+            "request-latency",
+            "batch-size",
+            "record-size",
+            "record-queue-time",
+            "produce-throttle-time",
+        ):
+            out[f"{name}-avg"] = _avg(g, name, now_ms)
+            out[f"{name}-max"] = _max(g, name, now_ms)
+        out["records-per-request-avg"] = _avg(g, "records-per-request", now_ms)
+        out["compression-rate-avg"] = _avg(g, "compression-rate", now_ms)
+        return out
+
+    def topic_metrics(self, now_ms: int) -> dict[str, dict[str, float]]:
+        """``producer-topic-metrics`` per topic."""
+        out: dict[str, dict[str, float]] = {}
+        for topic, g in self._topics.items():
+            out[topic] = {
+                "record-send-rate": _rate(g, "record-send", now_ms),
+                "record-send-total": g.totals.get("record-send", 0),
+                "byte-rate": _rate(g, "byte", now_ms),
+                "byte-total": g.totals.get("byte", 0),
+                "compression-rate": _avg(g, "compression-rate", now_ms),
+                "record-retry-rate": _rate(g, "record-retry", now_ms),
+                "record-retry-total": g.totals.get("record-retry", 0),
+                "record-error-rate": _rate(g, "record-error", now_ms),
+                "record-error-total": g.totals.get("record-error", 0),
+            }
+        return out
+
+    def node_metrics(self, now_ms: int) -> dict[int, dict[str, float]]:
+        """``producer-node-metrics`` per broker."""
+        out: dict[int, dict[str, float]] = {}
+        for node, g in self._nodes.items():
+            out[node] = {
+                "request-rate": _rate(g, "request", now_ms),
+                "request-total": g.totals.get("request", 0),
+                "response-rate": _rate(g, "response", now_ms),
+                "response-total": g.totals.get("response", 0),
+                "outgoing-byte-rate": _rate(g, "outgoing-byte", now_ms),
+                "outgoing-byte-total": g.totals.get("outgoing-byte", 0),
+                "request-latency-avg": _avg(g, "request-latency", now_ms),
+                "request-latency-max": _max(g, "request-latency", now_ms),
+            }
+        return out
+
+    def histograms(self) -> dict[str, dict[str, object]]:
+        """The latency histograms (cumulative since start)."""
+        return {
+            "request-latency-ms": self.request_latency.snapshot(),
+            "record-queue-time-ms": self.record_queue_time.snapshot(),
+            "send-to-ack-ms": self.send_to_ack.snapshot(),
+        }
+
+
+def _rate(group: _Group, name: str, now_ms: int) -> float:
+    stat = group.stats.get(name)
+    return stat.rate(now_ms) if stat is not None else 0.0
+
+
+def _avg(group: _Group, name: str, now_ms: int) -> float:
+    stat = group.stats.get(name)
+    return stat.avg(now_ms) if stat is not None else math.nan
+
+
+def _max(group: _Group, name: str, now_ms: int) -> float:
+    stat = group.stats.get(name)
+    return stat.max(now_ms) if stat is not None else math.nan

@@ -25,11 +25,14 @@ from typing import Any
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
-from aiokprod.logs import get_logger
+from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.connection import Authenticator, BrokerConnection
 from aiokprod.net.transport import StreamTransport, Transport
 
 log = get_logger("aiokprod.net")
+
+#: A broker that keeps refusing connections is reported at most this often.
+WARN_EVERY_MS = 30_000
 
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 
@@ -95,12 +98,15 @@ class ConnectionPool:
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
         self._failures: dict[int, int] = {}
+        #: Nodes whose failures were reported at WARNING (their recovery is reported too).
+        self._failures_logged: dict[int, int] = {}
         self._next_attempt_ms: dict[int, int] = {}
         self.last_error: dict[int, BaseException] = {}
         #: The latest authentication failure (bad credentials, untrusted certificate), cleared
         #: by the next successful connection; metadata waiters fail fast with it.
         self.auth_error: AuthenticationError | None = None
         self._closed = False
+        self._warn = LogEvery(WARN_EVERY_MS)
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -152,11 +158,6 @@ class ConnectionPool:
         log.debug("re-authenticating: replacing connection", node=conn.node_id)
         conn.close(KafkaConnectionError(f"node {conn.node_id}: SASL session expiring"))
         return True
-
-    def is_connected(self, node_id: int) -> bool:
-        """Whether the node has an open connection."""
-        conn = self._connections.get(node_id)
-        return conn is not None and conn.ready
 
     def connection_delay_ms(self, node_id: int, now_ms: int) -> int:
         """How long until a new attempt to ``node_id`` may start (0 if now or connecting)."""
@@ -299,7 +300,10 @@ class ConnectionPool:
         self._connections[node_id] = conn
         if not future.done():
             future.set_result(conn)
-        log.debug("connected", node=node_id, host=conn.host, port=conn.port)
+        if self._failures_logged.pop(node_id, None) is not None:
+            log.info("broker reachable again", node=node_id, host=conn.host, port=conn.port)
+        self._warn.reset(node_id)
+        log.info("connected to broker", node=node_id, host=conn.host, port=conn.port)
         self._on_change()
         try:
             await conn.run_reader()
@@ -308,6 +312,12 @@ class ConnectionPool:
                 del self._connections[node_id]
             # Reconnecting right away is fine, but not in a tight loop if it keeps dropping.
             self._next_attempt_ms[node_id] = self._clock.monotonic_ms() + self._backoff_ms
+            if not self._closed:
+                log.info(
+                    "disconnected from broker; will reconnect when needed",
+                    node=node_id,
+                    reason=str(conn.closed_error),
+                )
             if not self._closed:
                 self._on_disconnect(node_id)
                 self._on_change()
@@ -318,7 +328,21 @@ class ConnectionPool:
         wait = backoff_ms(failures, self._backoff_ms, self._backoff_max_ms, self._rng)
         self._next_attempt_ms[node_id] = self._clock.monotonic_ms() + wait
         self.last_error[node_id] = exc
-        log.debug("connect failed", node=node_id, error=str(exc), failures=failures)
+        host, port = self._nodes.get(node_id, ("?", 0))
+        now_ms = self._clock.monotonic_ms()
+        if self._warn.due(node_id, now_ms):
+            self._failures_logged[node_id] = failures
+            log.warning(
+                "cannot connect to broker; retrying",
+                node=node_id,
+                host=host,
+                port=port,
+                error=str(exc),
+                failures=failures,
+                retry_in_ms=wait,
+            )
+        else:
+            log.debug("connect failed", node=node_id, error=str(exc), failures=failures)
 
     # --- timeouts and closing ---------------------------------------------------------------
 

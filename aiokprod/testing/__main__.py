@@ -2,19 +2,26 @@
 
 * ``run [--nodes N] [--topic NAME:PARTITIONS[:RF]]...`` starts Kafka, prints
   ``BOOTSTRAP=<address>`` and waits for Ctrl-C or SIGTERM, then stops Kafka cleanly.
-* ``exec [--nodes N] [--topic ...]... -- CMD ARGS...`` starts Kafka, runs CMD with
-  ``KAFKA_BOOTSTRAP_SERVERS`` set, stops Kafka and exits with CMD's exit code.
+* ``exec [--nodes N] [--topic ...]... -- CMD ARGS...`` checks that CMD can be found, starts
+  Kafka, runs CMD with ``KAFKA_BOOTSTRAP_SERVERS`` set, stops Kafka and exits with CMD's exit
+  code.
 * ``fetch`` only downloads the jars (e.g. to warm a CI cache).
 * ``classpath`` prints the Java classpath of the jars (downloading them if needed).
 
+``run`` and ``exec`` report each step of the start on stderr (fetching the jars on a first
+run, formatting, starting the JVMs, creating topics, ready), and a line every
+:data:`HEARTBEAT_SECONDS` while they wait, so a slow first start never looks like a hang.
+
 Exit codes: CMD's own for ``exec``; 0 for a clean ``run``; 2 for bad usage; 3 when Kafka
-cannot be fetched or started.
+cannot be fetched or started; 127 when ``exec``'s CMD is not found (checked before Kafka
+starts).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +32,20 @@ from dataclasses import dataclass
 from types import FrameType
 
 from aiokprod.testing.cluster import DEFAULT_STARTUP_TIMEOUT, LocalKafka
-from aiokprod.testing.distribution import download_seconds, ensure_distribution, find_distribution
+from aiokprod.testing.distribution import (
+    download_seconds,
+    ensure_distribution,
+    ensure_tools_distribution,
+    find_distribution,
+    kafka_version,
+)
 from aiokprod.testing.errors import LocalKafkaError
 
 EXIT_KAFKA_FAILED = 3
+#: ``exec``: the command cannot be found (the shells' code for "command not found").
+EXIT_COMMAND_NOT_FOUND = 127
+#: While Kafka starts, a "still starting" line this often (seconds) between step changes.
+HEARTBEAT_SECONDS = 10.0
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 
@@ -82,7 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    def add_version_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--kafka-version",
+            default=None,
+            metavar="VERSION",
+            help="Apache Kafka release, 3.6 to the newest 4.x "
+            "(default: $AIOKPROD_KAFKA_VERSION, else the project's default)",
+        )
+
     def add_cluster_options(sub: argparse.ArgumentParser) -> None:
+        add_version_option(sub)
         sub.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
         sub.add_argument(
             "--topic",
@@ -114,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd = commands.add_parser("exec", help="start Kafka, run a command against it, stop")
     add_cluster_options(run_cmd)
     run_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
-    commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    fetch = commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
+    add_version_option(fetch)
+    classpath = commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    add_version_option(classpath)
     return parser
 
 
@@ -130,22 +159,130 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 def _start(args: argparse.Namespace) -> LocalKafka:
     if args.nodes < 1:
         raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
+    began = time.monotonic()
+    _fetch_with_progress(args.kafka_version)
     kafka = LocalKafka(
         nodes=args.nodes,
+        version=args.kafka_version,
         broker_config=dict(args.broker_config),
         startup_timeout=args.startup_timeout,
     )
-    began = time.monotonic()
-    kafka.start()
+    _info(f"starting Kafka ({args.nodes} node(s); at most {args.startup_timeout:.0f} s)")
+    with _StartProgress(kafka):
+        kafka.start()
     try:
         for spec in args.topics:
             rf = spec.replication_factor or min(3, args.nodes)
+            _info(f"creating topic {spec.name} ({spec.partitions} partition(s), RF {rf})")
             kafka.create_topic(spec.name, spec.partitions, rf)
     except BaseException:
         kafka.stop()
         raise
-    _info(f"Kafka ({args.nodes} node(s)) ready in {time.monotonic() - began:.1f} s")
+    _info(
+        f"Kafka {kafka.kafka_version} ({args.nodes} node(s)) ready in "
+        f"{time.monotonic() - began:.1f} s"
+    )
     return kafka
+
+
+def _fetch_with_progress(version: str | None = None) -> None:
+    """Download the jars first if they are not cached, saying so (a first run takes minutes)."""
+    version = version or kafka_version()
+    if find_distribution(version) is not None:
+        return
+    _info(
+        f"fetching the Kafka {version} jars from Maven Central (first run only; "
+        "this can take a few minutes)"
+    )
+    began = time.monotonic()
+    dist = ensure_distribution(version)
+    _info(
+        f"fetched Kafka {dist.version} jars into {dist.lib_dir} in {time.monotonic() - began:.1f} s"
+    )
+
+
+class _StartProgress:
+    """Reports the steps of :meth:`LocalKafka.start` from a watcher thread.
+
+    It only *reads* what the cluster exposes (its nodes, and whether each has a process), so
+    it never interferes with the start: formatting runs before any node has a process; once
+    the JVMs are up, the start waits for them to be ready.
+    """
+
+    def __init__(self, kafka: LocalKafka, poll_s: float = 0.2) -> None:
+        self._kafka = kafka
+        self._poll_s = poll_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="kafka-progress", daemon=True)
+
+    def __enter__(self) -> _StartProgress:
+        self._began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _step(self) -> str | None:
+        kafka = self._kafka
+        try:
+            nodes = [kafka.node(i) for i in range(1, kafka.node_count + 1)]
+        except LocalKafkaError:
+            return None  # not prepared yet (checking Java, writing configuration)
+        if not any(node.process is not None for node in nodes):
+            return "formatting storage"
+        return "JVMs started, waiting for every broker to be ready"
+
+    def _watch(self) -> None:
+        last_step: str | None = None
+        last_line = time.monotonic()
+        while not self._done.wait(self._poll_s):
+            try:
+                step = self._step()
+            except Exception:  # noqa: BLE001 - a racing read must never break the start itself
+                continue
+            now = time.monotonic()
+            if step is not None and step != last_step:
+                _info(f"{step} ({now - self._began:.0f} s)")
+                last_step, last_line = step, now
+            elif now - last_line >= HEARTBEAT_SECONDS:
+                _info(f"still starting ({now - self._began:.0f} s): {last_step or 'preparing'}")
+                last_line = now
+
+
+#: Commands the examples' documented invocations use, installed by ``aiokprod[examples]``.
+_EXAMPLE_COMMANDS = frozenset({"uvicorn"})
+
+
+class CommandNotFoundError(LocalKafkaError):
+    """``exec`` was given a command that cannot be run; found before Kafka is started."""
+
+
+def check_command(command: Sequence[str]) -> str:
+    """Where ``command[0]`` will be found, or a :class:`CommandNotFoundError` naming the fix.
+
+    A name with a slash is a path (relative to the working folder); any other name is
+    looked up on ``PATH``, as ``subprocess`` (and a shell) will.
+    """
+    name = command[0]
+    if os.sep in name or (os.altsep and os.altsep in name):
+        if os.path.isfile(name) and os.access(name, os.X_OK):
+            return name
+        problem = "does not exist" if not os.path.exists(name) else "is not an executable file"
+        raise CommandNotFoundError(f"cannot run {name!r}: it {problem}")
+    found = shutil.which(name)
+    if found is None:
+        hint = (
+            " (the examples' needs: pip install 'aiokprod[examples]')"
+            if name in _EXAMPLE_COMMANDS
+            else ""
+        )
+        raise CommandNotFoundError(
+            f"cannot run {name!r}: not found on PATH; install it{hint} or give its path. "
+            "Kafka was not started"
+        )
+    return found
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -174,6 +311,11 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         raise LocalKafkaError(
             "exec needs a command: python -m aiokprod.testing exec -- CMD ARGS..."
         )
+    try:
+        check_command(command)
+    except CommandNotFoundError as exc:
+        _info(f"error: {exc}")
+        return EXIT_COMMAND_NOT_FOUND
     kafka = _start(args)
     try:
         env = {**os.environ, BOOTSTRAP_ENV: kafka.bootstrap_servers}
@@ -182,7 +324,7 @@ def _cmd_exec(args: argparse.Namespace) -> int:
             child = subprocess.Popen(command, env=env)
         except OSError as exc:
             _info(f"cannot run {command[0]}: {exc}")
-            return 127
+            return EXIT_COMMAND_NOT_FOUND
         return _wait_child(child)
     finally:
         _stop_shielded(kafka)
@@ -223,16 +365,19 @@ def _wait_child(child: subprocess.Popen[bytes]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _cmd_fetch() -> int:
-    already = find_distribution() is not None
+def _cmd_fetch(version: str | None) -> int:
+    already = find_distribution(version) is not None
     began = time.monotonic()
-    dist = ensure_distribution()
+    dist = ensure_distribution(version)
     if already:
         _info(f"Kafka {dist.version} jars already cached in {dist.lib_dir}")
     else:
         recorded = download_seconds(dist)
         took = recorded if recorded is not None else time.monotonic() - began
         _info(f"fetched Kafka {dist.version} jars into {dist.lib_dir} in {took:.1f} s")
+    tools = ensure_tools_distribution(dist)
+    if tools is not dist:
+        _info(f"Kafka {dist.version} has no kafka-tools; tools run from {tools.lib_dir}")
     print(dist.lib_dir, flush=True)
     return 0
 
@@ -254,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "exec":
             return _cmd_exec(args)
         if args.command == "fetch":
-            return _cmd_fetch()
-        print(ensure_distribution().classpath, flush=True)
+            return _cmd_fetch(args.kafka_version)
+        print(ensure_distribution(args.kafka_version).classpath, flush=True)
         return 0
     except LocalKafkaError as exc:
         _info(f"error: {exc}")

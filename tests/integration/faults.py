@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka import KafkaError as ConfluentKafkaError
 from confluent_kafka.admin import AdminClient
 from readback import consume_all
 
@@ -133,7 +136,14 @@ def audit(
         if inversions:
             print(f"key {k} partition {partitions} out of order: {inversions[:5]}")
         reordered += len(inversions)
-    failed = sum(1 for f in stream.futures if f.done() and f.exception() is not None)
+    errors = Counter(
+        f"{type(e).__name__}: {str(e)[:120]}"
+        for f in stream.futures
+        if f.done() and (e := f.exception()) is not None
+    )
+    for text, count in errors.most_common(5):
+        print(f"[{scenario}] {count} future(s) failed with {text}")
+    failed = sum(errors.values())
     pending = sum(1 for f in stream.futures if not f.done())
     retried = int(metrics["records_retried"]) if metrics else 0
     result = Audit(
@@ -179,3 +189,75 @@ def wait_full_isr(bootstrap: str, topic: str, replicas: int, timeout_s: float = 
             pass
         time.sleep(0.25)
     raise TimeoutError(f"{topic}: ISR not full after {timeout_s} s")
+
+
+# --- helpers for the hostile-fault regressions (issue 11) ------------------------------------
+
+
+async def async_wait_until(
+    condition: Callable[[], bool], what: str, timeout_s: float = 120
+) -> None:
+    """Poll ``condition`` until it is true, without blocking the event loop."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition as librdkafka's admin client sees it."""
+
+    leader: int
+    replicas: tuple[int, ...]
+    isrs: tuple[int, ...]
+
+
+def partition_state(bootstrap: str, topic: str, partition: int = 0) -> PartitionState | None:
+    """Leader, replicas and ISR of one partition (None if no broker answered)."""
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+        p = md.topics[topic].partitions[partition]
+    except Exception:  # a broker may be restarting
+        return None
+    return PartitionState(p.leader, tuple(p.replicas), tuple(p.isrs))
+
+
+def elect_preferred_leader(bootstrap: str, topic: str, partition: int = 0) -> None:
+    """Run a preferred-leader election for one partition (KIP-460, via librdkafka's admin).
+
+    ``ELECTION_NOT_NEEDED`` (the preferred replica leads already) counts as success.
+    (confluent-kafka 2.16's ``elect_leaders`` rejects its own timeout keywords, so the
+    client-wide ``socket.timeout.ms`` bounds the call.)
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 60_000})
+    future = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, partition)])
+    results = future.result(timeout=90)
+    for error in results.values():
+        if error is None:
+            continue
+        kafka_error = error.args[0] if error.args else error
+        code = getattr(kafka_error, "code", lambda: None)()
+        if code != ConfluentKafkaError.ELECTION_NOT_NEEDED:
+            raise RuntimeError(f"preferred-leader election for {topic}-{partition}: {error}")
+
+
+def lead_from_preferred_replica(
+    bootstrap: str, topic: str, partition: int = 0, timeout_s: float = 120
+) -> int:
+    """Elect the preferred replica (retrying while it catches up) until it leads; its id."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        state = partition_state(bootstrap, topic, partition)
+        if state is not None and state.replicas:
+            preferred = state.replicas[0]
+            if state.leader == preferred:
+                return preferred
+            try:
+                elect_preferred_leader(bootstrap, topic, partition)
+            except Exception as exc:  # not in the ISR yet, a broker restarting...
+                last = exc
+        time.sleep(0.5)
+    raise TimeoutError(f"{topic}-{partition}: preferred replica not leader ({last})")

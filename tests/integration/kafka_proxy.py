@@ -9,6 +9,18 @@ the client learns points back at the proxy. Faults are then applied per broker:
 - ``refuse(node)``: close new connections at once until ``accept(node)``;
 - ``chunk(size, delay_s)``: deliver responses in tiny pieces with pauses in between.
 
+Produce-response faults (the request always reaches the broker, which writes the batch):
+
+- ``corrupt_produce(count)``: the next ``count`` Produce responses keep their size prefix and
+  correlation id, but the rest of the frame is replaced by random bytes of the same length;
+- ``drop_produce_for(seconds)``: swallow every Produce response for a time window;
+- ``bad_size_produce(prefix, count)``: send the next ``count`` Produce responses with an
+  impossible frame-size prefix (``2**31 - 1``, ``-1``...) in front of the real frame;
+- ``wrong_correlation_produce(count)``: the next ``count`` Produce responses carry a
+  correlation id that matches no request on the connection.
+
+Each counts what it did in ``faults_applied`` so that a test can check the fault happened.
+
 The proxy parses frames with aiokprod's own protocol layer only to rewrite addresses; the
 bytes of every other response pass through untouched.
 """
@@ -18,7 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import struct
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from aiokprod.protocol.api import BY_KEY
@@ -66,10 +81,18 @@ class _Link:
 class KafkaProxy:
     """Proxy for a set of brokers: ``{node_id: (host, port)}``."""
 
-    def __init__(self, brokers: dict[int, tuple[str, int]]) -> None:
+    def __init__(self, brokers: dict[int, tuple[str, int]], seed: int = 0) -> None:
         self._routes = {nid: _Route(nid, addr) for nid, addr in brokers.items()}
         self._chunk: tuple[int, float] | None = None
         self.rewritten_responses = 0
+        self._rng = random.Random(seed)
+        # Produce-response faults: each a queue of the next responses it applies to.
+        self._corrupt_left = 0
+        self._bad_sizes: list[int] = []
+        self._wrong_cid_left = 0
+        self._drop_until = 0.0  # time.monotonic() deadline
+        self.faults_applied: Counter[str] = Counter()
+        self.produce_responses = 0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -145,6 +168,62 @@ class KafkaProxy:
         """Deliver responses ``size`` bytes at a time (None: whole)."""
         self._chunk = None if size is None else (size, delay_s)
 
+    def corrupt_produce(self, count: int = 1) -> None:
+        """Replace the next ``count`` Produce response bodies with random bytes (same length).
+
+        The size prefix and the correlation id are kept, so the client matches the garbage
+        to its request and has to decode it.
+        """
+        self._corrupt_left += count
+
+    def drop_produce_for(self, seconds: float) -> None:
+        """Swallow every Produce response for ``seconds`` (the requests still go through)."""
+        self._drop_until = time.monotonic() + seconds
+
+    def stop_dropping(self) -> None:
+        """End a ``drop_produce_for`` window early."""
+        self._drop_until = 0.0
+
+    @property
+    def dropping(self) -> bool:
+        """Whether Produce responses are being swallowed now."""
+        return time.monotonic() < self._drop_until
+
+    def bad_size_produce(self, prefix: int, count: int = 1) -> None:
+        """Send the next ``count`` Produce responses with the frame-size prefix ``prefix``.
+
+        ``prefix`` is written as a big-endian int32 (unsigned if >= 2**31), followed by the
+        real frame: e.g. ``2**31 - 1`` (2 GiB) or ``-1``.
+        """
+        self._bad_sizes.extend([prefix] * count)
+
+    def wrong_correlation_produce(self, count: int = 1) -> None:
+        """Give the next ``count`` Produce responses a correlation id no request has."""
+        self._wrong_cid_left += count
+
+    def _produce_fault(self, frame: bytes) -> bytes | None:
+        """The bytes to send for one Produce response (None: send nothing)."""
+        self.produce_responses += 1
+        if self.dropping:
+            self.faults_applied["dropped"] += 1
+            return None
+        if self._corrupt_left > 0:
+            self._corrupt_left -= 1
+            self.faults_applied["corrupted"] += 1
+            frame = frame[:4] + self._rng.randbytes(len(frame) - 4)
+            return _INT32.pack(len(frame)) + frame
+        if self._bad_sizes:
+            prefix = self._bad_sizes.pop(0)
+            self.faults_applied[f"size prefix {prefix}"] += 1
+            head = struct.pack(">I" if prefix >= 2**31 else ">i", prefix)
+            return head + frame
+        if self._wrong_cid_left > 0:
+            self._wrong_cid_left -= 1
+            self.faults_applied["wrong correlation id"] += 1
+            (cid,) = _INT32.unpack_from(frame, 0)
+            frame = _INT32.pack((cid + 0x10000000) & 0x7FFFFFFF) + frame[4:]
+        return _INT32.pack(len(frame)) + frame
+
     # --- plumbing ---------------------------------------------------------------------------
 
     async def _accept(
@@ -201,7 +280,13 @@ class KafkaProxy:
             api = link.pending.pop(correlation_id, None)
             if api is not None and api[0] in (METADATA, PRODUCE):
                 frame = self._rewrite(api[0], api[1], frame)
-            data = _INT32.pack(len(frame)) + frame
+            if api is not None and api[0] == PRODUCE:
+                faulty = self._produce_fault(frame)
+                if faulty is None:
+                    continue
+                data = faulty
+            else:
+                data = _INT32.pack(len(frame)) + frame
             await link.route.stalled.wait()
             chunk = self._chunk
             if chunk is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import time
 from pathlib import Path
@@ -230,3 +231,24 @@ def test_importing_aiokprod_loads_no_optional_module() -> None:
 )
 def test_java_names_from_the_option_table(assignment: str, expected: tuple[str, object]) -> None:
     assert parse_option(assignment) == expected
+
+
+def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.extend(_all_parsers(sub))
+    return found
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    missing = [
+        f"{sub.prog} {'/'.join(action.option_strings) or action.dest}"
+        for sub in _all_parsers(build_parser())
+        for action in sub._actions
+        if not action.help and not isinstance(action, argparse._SubParsersAction)
+    ]
+    assert missing == []
+    perf_help = next(p for p in _all_parsers(build_parser()) if p.prog.endswith("perf"))
+    assert "how many records to send" in perf_help.format_help()

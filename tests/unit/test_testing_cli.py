@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from aiokprod.testing import __main__ as testing_main
 from aiokprod.testing.__main__ import (
+    EXIT_COMMAND_NOT_FOUND,
     EXIT_KAFKA_FAILED,
     TopicSpec,
     build_parser,
+    check_command,
     main,
     parse_config_entry,
     parse_topic_spec,
 )
+from aiokprod.testing.errors import LocalKafkaError
 
 
 @pytest.mark.parametrize(
@@ -64,3 +72,136 @@ def test_exec_without_command_fails_before_starting_kafka(
 def test_run_rejects_zero_nodes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--nodes", "0"]) == EXIT_KAFKA_FAILED
     assert "--nodes must be at least 1" in capsys.readouterr().err
+
+
+def _never_start(*args: object, **kwargs: object) -> None:
+    raise AssertionError("Kafka must not be started for a command that cannot run")
+
+
+def test_exec_of_a_missing_command_fails_before_starting_kafka(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testing_main, "_start", _never_start)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["exec", "--", "uvicorn", "examples.fastapi_app:app"]) == EXIT_COMMAND_NOT_FOUND
+    err = capsys.readouterr().err
+    assert "cannot run 'uvicorn': not found on PATH" in err
+    assert "pip install 'aiokprod[examples]'" in err
+    assert "Kafka was not started" in err
+
+
+def test_exec_of_a_missing_path_fails_before_starting_kafka(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(testing_main, "_start", _never_start)
+    missing = tmp_path / "no-such-script"
+    assert main(["exec", "--", str(missing)]) == EXIT_COMMAND_NOT_FOUND
+    assert "it does not exist" in capsys.readouterr().err
+    not_executable = tmp_path / "plain.txt"
+    not_executable.write_text("x")
+    assert main(["exec", "--", str(not_executable)]) == EXIT_COMMAND_NOT_FOUND
+    assert "is not an executable file" in capsys.readouterr().err
+
+
+def test_check_command_finds_commands_on_path_and_by_path(tmp_path: Path) -> None:
+    assert check_command([sys.executable, "-c", "pass"]) == sys.executable
+    script = tmp_path / "tool"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert check_command([str(script)]) == str(script)
+    assert Path(check_command(["sh", "-c", "true"])).name == "sh"
+
+
+def test_every_option_has_help_text() -> None:
+    parser = build_parser()
+    missing = []
+    for sub in _subparsers(parser):
+        for action in sub._actions:
+            if action.help in (None, "") and not isinstance(action, argparse._SubParsersAction):
+                missing.append(f"{sub.prog} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.extend(_subparsers(sub))
+    return found
+
+
+class _FakeNode:
+    def __init__(self) -> None:
+        self.process: object | None = None
+
+
+class _FakeKafka:
+    """Walks through the steps LocalKafka.start goes through, as the watcher sees them."""
+
+    node_count = 2
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, _FakeNode] = {}
+
+    def node(self, node_id: int) -> _FakeNode:
+        if not self.nodes:
+            raise LocalKafkaError("not started")
+        return self.nodes[node_id]
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_start_progress_reports_each_step_once(capsys: pytest.CaptureFixture[str]) -> None:
+    kafka = _FakeKafka()
+    lines: list[str] = []
+
+    def seen(text: str) -> bool:
+        lines.extend(capsys.readouterr().err.splitlines())
+        return any(text in line for line in lines)
+
+    with testing_main._StartProgress(kafka, poll_s=0.01):  # type: ignore[arg-type]
+        kafka.nodes = {1: _FakeNode(), 2: _FakeNode()}
+        _wait_for(lambda: seen("formatting storage"))
+        kafka.nodes[1].process = object()
+        _wait_for(lambda: seen("JVMs started, waiting for every broker to be ready"))
+    lines.extend(capsys.readouterr().err.splitlines())
+    assert sum("formatting storage" in line for line in lines) == 1
+    assert sum("JVMs started" in line for line in lines) == 1
+    assert all(line.startswith("[aiokprod.testing] ") for line in lines)
+
+
+def test_a_first_run_says_it_is_fetching_the_jars(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fetched: list[str] = []
+
+    class _Dist:
+        version = "4.3.1"
+        lib_dir = tmp_path / "lib"
+
+    def fake_ensure(version: str | None = None) -> _Dist:
+        assert "fetching the Kafka" in capsys.readouterr().err  # said before the download
+        fetched.append(str(version))
+        return _Dist()
+
+    monkeypatch.setenv("AIOKPROD_KAFKA_VERSION", "4.3.1")
+    monkeypatch.setattr(testing_main, "find_distribution", lambda version=None: None)
+    monkeypatch.setattr(testing_main, "ensure_distribution", fake_ensure)
+    testing_main._fetch_with_progress()
+    assert fetched == ["4.3.1"]
+    assert f"fetched Kafka 4.3.1 jars into {tmp_path / 'lib'}" in capsys.readouterr().err
+
+
+def test_cached_jars_are_not_announced(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testing_main, "find_distribution", lambda version=None: object())
+    monkeypatch.setattr(testing_main, "ensure_distribution", _never_start)
+    testing_main._fetch_with_progress()
+    assert capsys.readouterr().err == ""

@@ -111,3 +111,59 @@ def test_no_headers(empty: object) -> None:
 def test_bad_headers(headers: object, message: str) -> None:
     with pytest.raises(SerializationError, match=message):
         serialize_headers(headers)
+
+
+# --- coroutine serializers and serializers that take a context (Schema Registry style) -------
+
+from aiokprod.internals.serialization import (  # noqa: E402
+    is_plain_serializer,
+    serialize_special,
+)
+from aiokprod.types import SerializationContext  # noqa: E402
+
+
+def test_plain_one_argument_functions_stay_on_the_fast_path() -> None:
+    assert is_plain_serializer(None)
+    assert is_plain_serializer(str.encode)  # its optional 2nd argument is not a context
+    assert is_plain_serializer(lambda obj: b"x")
+
+
+class ConfluentStyle:
+    """Like confluent-kafka's serializers: ``__call__(obj, ctx=None)``."""
+
+    def __call__(self, obj: object, ctx: SerializationContext | None = None) -> bytes:
+        assert ctx is not None
+        return f"{ctx.topic}/{ctx.field}/{obj}".encode()
+
+
+class AsyncCallable:
+    async def __call__(self, obj: object) -> bytes:
+        return b"async-object"
+
+
+async def async_with_context(obj: object, ctx: SerializationContext) -> bytes:
+    return f"{ctx.topic}:{ctx.field}:{len(ctx.headers or ())}:{obj}".encode()
+
+
+async def test_special_serializers_are_awaited_and_told_the_context() -> None:
+    headers = [("h", b"1")]
+    assert not is_plain_serializer(async_with_context)
+    assert not is_plain_serializer(ConfluentStyle())
+    assert not is_plain_serializer(AsyncCallable())
+    got = await serialize_special(async_with_context, 5, "value", "orders", headers)
+    assert got == b"orders:value:1:5"
+    assert await serialize_special(ConfluentStyle(), 7, "key", "t", None) == b"t/key/7"
+    assert await serialize_special(AsyncCallable(), 1, "value", "t", None) == b"async-object"
+
+
+async def test_special_serializer_failures_are_typed() -> None:
+    async def broken(obj: object, ctx: SerializationContext) -> bytes:
+        raise RuntimeError("registry down")
+
+    async def wrong_type(obj: object) -> str:
+        return "not bytes"
+
+    with pytest.raises(SerializationError, match=r"value_serializer failed.*registry down"):
+        await serialize_special(broken, 1, "value", "t", None)
+    with pytest.raises(SerializationError, match="returned str"):
+        await serialize_special(wrong_type, 1, "value", "t", None)
