@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-under-load test-pythons lint format docs docs-check kafka bench clean
+.PHONY: demo test test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 ## test: every test, unit and integration (starts local Kafka brokers itself)
 test: $(STAMP)
 	$(PY) -m pytest
+
+## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
+##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
+test-versions: $(STAMP)
+	$(PY) -m pytest tests/integration/test_broker_versions.py --kafka-versions=all
 
 ## test-unit: only the tests that need no broker
 test-unit: $(STAMP)
@@ -56,6 +61,13 @@ test-pythons:
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## simulate: the deterministic simulation of the producer under faults (docs/simulation.md);
+##           SEEDS=N seeds from START=S (default 10000 from 0); replay one: SEED=X
+SEEDS ?= 10000
+START ?= 0
+simulate: $(STAMP)
+	$(PY) -m aiokprod.testing.sim $(if $(SEED),--seed $(SEED) --verbose,--seeds $(SEEDS) --start $(START))
 
 ## docs-check: build the site, then render every page in headless Chromium (the system's
 ##             /usr/bin/chromium: apt-get install -y chromium; none is downloaded) and fail on

@@ -331,7 +331,7 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
             if not payload_file.exists():
                 payload.write_payload_file(payload_file, workload.value_size)
             command = java_perf.command(
-                kafka.distribution,
+                kafka.tools_distribution,
                 kafka.bootstrap_servers,
                 topic,
                 records,
@@ -385,7 +385,9 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
         run["other_cores"] = max(busy - own_cpu, 0.0) / outcome.wall_s if outcome.wall_s else 0
         if client.family == "java":
             result = java_perf.parse(outcome.stdout)
-            result["library"] = f"Apache Kafka {kafka.distribution.version} ProducerPerformance"
+            result["library"] = (
+                f"Apache Kafka {kafka.tools_distribution.version} ProducerPerformance"
+            )
             result["window_cpu_s"] = None  # whole process only (JVM start and JIT included)
         else:
             try:

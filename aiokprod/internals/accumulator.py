@@ -351,8 +351,9 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int) -> None:
         """Put a failed batch back at the front of its queue, to retry after ``backoff_ms``.
 
-        With idempotence several batches of a partition can come back; they are kept in
-        sequence order so the broker sees them in order again.
+        Several batches of a partition can come back (one failed request, or several);
+        they are kept in sequence order with idempotence, in creation order without it, so
+        the broker sees them in order again and the head stays the oldest.
         """
         batch.attempts += 1
         batch.retry_at_ms = now_ms + backoff_ms
@@ -369,7 +370,15 @@ class RecordAccumulator:
                 index = len(dq)
             dq.insert(index, batch)
         else:
-            dq.appendleft(batch)
+            # Batches of one failed request come back one by one: keep them in creation
+            # order (the head is the oldest, which expiry and the partition's order rely on).
+            index = 0
+            for index, queued in enumerate(dq):  # noqa: B007 - index is used after the loop
+                if not queued.attempts or queued.created_ms > batch.created_ms:
+                    break
+            else:
+                index = len(dq)
+            dq.insert(index, batch)
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """A batch completed: forget it and return its bytes to the budget."""

@@ -218,8 +218,11 @@ class ConnectionPool:
     def least_loaded_node(self, now_ms: int) -> int | None:
         """A node for a metadata-type request, or None if every node is backing off.
 
-        Prefers a connected node with the fewest requests in flight, then any node that may
-        be connected now.
+        Prefers a connected node with the fewest requests in flight. With none connected,
+        any node of the view or bootstrap address that may be tried now, at random: a view
+        whose brokers all moved or left (one that came back on a new port, while the
+        others were down when metadata was last fetched) must not keep the producer asking
+        only them. This is the Java client's rebootstrap (KIP-899), without its wait.
         """
         best: int | None = None
         best_load = 2**31
@@ -229,15 +232,15 @@ class ConnectionPool:
                 best, best_load = node_id, conn.in_flight
         if best is not None:
             return best
-        candidates = [n for n in self.known_nodes() if self.connection_delay_ms(n, now_ms) == 0]
-        if not candidates:  # the brokers metadata named are all backing off: try bootstrap
-            candidates = [n for n in self._bootstrap if self.connection_delay_ms(n, now_ms) == 0]
+        nodes = self.known_nodes()
+        nodes += [n for n in self._bootstrap if n not in nodes]
+        candidates = [n for n in nodes if self.connection_delay_ms(n, now_ms) == 0]
         return self._rng.choice(candidates) if candidates else None
 
     def next_attempt_delay_ms(self, now_ms: int) -> int:
         """The shortest wait until some node may be tried again."""
-        delays = [self.connection_delay_ms(n, now_ms) for n in self.known_nodes()]
-        return min(delays, default=0)
+        nodes = [*self.known_nodes(), *self._bootstrap]
+        return min((self.connection_delay_ms(n, now_ms) for n in nodes), default=0)
 
     def _maybe_connect(self, node_id: int, now_ms: int) -> asyncio.Future[BrokerConnection] | None:
         if self._closed:

@@ -35,6 +35,7 @@ from aiokprod.testing.cluster import DEFAULT_STARTUP_TIMEOUT, LocalKafka
 from aiokprod.testing.distribution import (
     download_seconds,
     ensure_distribution,
+    ensure_tools_distribution,
     find_distribution,
     kafka_version,
 )
@@ -98,7 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    def add_version_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--kafka-version",
+            default=None,
+            metavar="VERSION",
+            help="Apache Kafka release, 3.6 to the newest 4.x "
+            "(default: $AIOKPROD_KAFKA_VERSION, else the project's default)",
+        )
+
     def add_cluster_options(sub: argparse.ArgumentParser) -> None:
+        add_version_option(sub)
         sub.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
         sub.add_argument(
             "--topic",
@@ -130,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd = commands.add_parser("exec", help="start Kafka, run a command against it, stop")
     add_cluster_options(run_cmd)
     run_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
-    commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    fetch = commands.add_parser("fetch", help="download the Kafka jars into the cache and exit")
+    add_version_option(fetch)
+    classpath = commands.add_parser("classpath", help="print the Java classpath of the Kafka jars")
+    add_version_option(classpath)
     return parser
 
 
@@ -147,9 +160,10 @@ def _start(args: argparse.Namespace) -> LocalKafka:
     if args.nodes < 1:
         raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
     began = time.monotonic()
-    _fetch_with_progress()
+    _fetch_with_progress(args.kafka_version)
     kafka = LocalKafka(
         nodes=args.nodes,
+        version=args.kafka_version,
         broker_config=dict(args.broker_config),
         startup_timeout=args.startup_timeout,
     )
@@ -164,15 +178,18 @@ def _start(args: argparse.Namespace) -> LocalKafka:
     except BaseException:
         kafka.stop()
         raise
-    _info(f"Kafka ({args.nodes} node(s)) ready in {time.monotonic() - began:.1f} s")
+    _info(
+        f"Kafka {kafka.kafka_version} ({args.nodes} node(s)) ready in "
+        f"{time.monotonic() - began:.1f} s"
+    )
     return kafka
 
 
-def _fetch_with_progress() -> None:
+def _fetch_with_progress(version: str | None = None) -> None:
     """Download the jars first if they are not cached, saying so (a first run takes minutes)."""
-    if find_distribution() is not None:
+    version = version or kafka_version()
+    if find_distribution(version) is not None:
         return
-    version = kafka_version()
     _info(
         f"fetching the Kafka {version} jars from Maven Central (first run only; "
         "this can take a few minutes)"
@@ -348,16 +365,19 @@ def _wait_child(child: subprocess.Popen[bytes]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _cmd_fetch() -> int:
-    already = find_distribution() is not None
+def _cmd_fetch(version: str | None) -> int:
+    already = find_distribution(version) is not None
     began = time.monotonic()
-    dist = ensure_distribution()
+    dist = ensure_distribution(version)
     if already:
         _info(f"Kafka {dist.version} jars already cached in {dist.lib_dir}")
     else:
         recorded = download_seconds(dist)
         took = recorded if recorded is not None else time.monotonic() - began
         _info(f"fetched Kafka {dist.version} jars into {dist.lib_dir} in {took:.1f} s")
+    tools = ensure_tools_distribution(dist)
+    if tools is not dist:
+        _info(f"Kafka {dist.version} has no kafka-tools; tools run from {tools.lib_dir}")
     print(dist.lib_dir, flush=True)
     return 0
 
@@ -379,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "exec":
             return _cmd_exec(args)
         if args.command == "fetch":
-            return _cmd_fetch()
-        print(ensure_distribution().classpath, flush=True)
+            return _cmd_fetch(args.kafka_version)
+        print(ensure_distribution(args.kafka_version).classpath, flush=True)
         return 0
     except LocalKafkaError as exc:
         _info(f"error: {exc}")

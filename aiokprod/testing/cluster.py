@@ -30,12 +30,17 @@ from typing import Self
 
 from aiokprod.testing import reaper
 from aiokprod.testing.config import NodeAddress, broker_properties, new_cluster_id
-from aiokprod.testing.distribution import KafkaDistribution, ensure_distribution
+from aiokprod.testing.distribution import (
+    KafkaDistribution,
+    ensure_distribution,
+    ensure_tools_distribution,
+)
 from aiokprod.testing.errors import LocalKafkaError, error_with_output
 from aiokprod.testing.java import find_java, run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
 from aiokprod.testing.node import KafkaNode
 from aiokprod.testing.ports import LOOPBACK, pick_free_ports
+from aiokprod.testing.releases import kafka_release
 from aiokprod.testing.security import (
     SASL_USERS,
     SECURITY_LISTENERS,
@@ -73,7 +78,9 @@ class LocalKafka:
             ``min.insync.replicas=2``).
         broker_config: ``server.properties`` entries applied to every node on top of the
             defaults, e.g. ``{"auto.create.topics.enable": "false"}``.
-        version: Kafka version; default ``AIOKPROD_KAFKA_VERSION`` or 4.3.1.
+        version: Kafka version, any release from 3.6 to the newest 4.x (see
+            :mod:`aiokprod.testing.releases`); default ``AIOKPROD_KAFKA_VERSION``, else
+            :data:`~aiokprod.testing.distribution.DEFAULT_KAFKA_VERSION`.
         startup_timeout: seconds to wait for every node to be ready.
         heap_min: ``-Xms`` of each node.
         heap_max: ``-Xmx`` of each node.
@@ -115,6 +122,7 @@ class LocalKafka:
         self._security_ports: dict[int, dict[str, int]] = {}
         self.topic_admin: TopicAdmin = JavaTopicAdmin(self.run_java_tool)
         self._dist: KafkaDistribution | None = None
+        self._tools_dist: KafkaDistribution | None = None
         self._dir: Path | None = None
         self._nodes: dict[int, KafkaNode] = {}
         self.startup_seconds: float | None = None
@@ -251,8 +259,24 @@ class LocalKafka:
         return self._dist
 
     @property
+    def tools_distribution(self) -> KafkaDistribution:
+        """The jars :meth:`run_java_tool` (and so topic creation) uses.
+
+        :attr:`distribution` when it has ``kafka-tools``, else the newest release that does
+        (fetched on first use).
+        """
+        if self._tools_dist is None:
+            self._tools_dist = ensure_tools_distribution(self.distribution)
+        return self._tools_dist
+
+    @property
+    def kafka_version(self) -> str:
+        """The Apache Kafka version the nodes run (available after :meth:`start`)."""
+        return self.distribution.version
+
+    @property
     def classpath(self) -> str:
-        """The Java classpath of the Kafka jars, for running other Java tools."""
+        """The Java classpath of the broker's Kafka jars (``kafka-clients`` included)."""
         return self.distribution.classpath
 
     # --- single nodes ----------------------------------------------------------------------
@@ -377,7 +401,7 @@ class LocalKafka:
         input: str | None = None,
         jvm_flags: tuple[str, ...] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Java main class from this cluster's Kafka jars; logging goes to stderr.
+        """Run a Java main class from :attr:`tools_distribution`; logging goes to stderr.
 
         Example::
 
@@ -392,7 +416,12 @@ class LocalKafka:
         otherwise; see :func:`aiokprod.testing.java.default_jvm_flags`.
         """
         return run_java_tool(
-            self.distribution, main_class, *args, timeout=timeout, input=input, jvm_flags=jvm_flags
+            self.tools_distribution,
+            main_class,
+            *args,
+            timeout=timeout,
+            input=input,
+            jvm_flags=jvm_flags,
         )
 
     # --- internals -------------------------------------------------------------------------
@@ -428,6 +457,7 @@ class LocalKafka:
         if self.security and (self._pki is None or not self._pki.ca_file.exists()):
             self._pki = make_test_pki(root / "tls")
         cluster_id = new_cluster_id()
+        release = kafka_release(dist.version)
         self._nodes = {}
         for address in addresses:
             node_dir = root / f"node{address.node_id}"
@@ -445,7 +475,13 @@ class LocalKafka:
                     ),
                     **overrides,
                 }
-            props = broker_properties(address, addresses, node_dir / "data", overrides)
+            props = broker_properties(
+                address,
+                addresses,
+                node_dir / "data",
+                overrides,
+                share_coordinator=release.has_share_coordinator,
+            )
             node = KafkaNode(
                 dist, address, node_dir, props, heap_min=self.heap_min, heap_max=self.heap_max
             )

@@ -16,12 +16,16 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from aiokprod.testing.config import tools_log4j2_properties
+from aiokprod.testing.config import (
+    logging_jvm_flag,
+    tools_log4j1_properties,
+    tools_log4j2_properties,
+)
 from aiokprod.testing.distribution import KafkaDistribution
 from aiokprod.testing.errors import LocalKafkaError, error_with_output
 
 MIN_JAVA = 17
-"""Kafka 4.x brokers need Java 17 or newer."""
+"""Kafka 4.x brokers need Java 17 or newer (3.6 to 3.9 run on it too)."""
 
 TOOL_JVM_FLAGS: tuple[str, ...] = (
     "-Xmx256m",
@@ -126,13 +130,18 @@ def parse_java_major(output: str, java: str = "java") -> int:
     return first
 
 
-def tools_log4j2_file(dist: KafkaDistribution) -> Path:
-    """The Log4j 2 configuration for tools, written into the distribution once.
+def tools_logging_file(dist: KafkaDistribution) -> Path:
+    """The logging configuration for tools, written into the distribution once.
 
-    Written to a temporary name and renamed, so concurrent runs never see half a file.
+    Log4j 2 syntax for 4.x, Log4j 1 (reload4j) syntax for 3.x. Written to a temporary name
+    and renamed, so concurrent runs never see half a file.
     """
-    path = dist.conf_dir / "tools-log4j2.properties"
-    content = tools_log4j2_properties()
+    if dist.logging == "reload4j":
+        path = dist.conf_dir / "tools-log4j.properties"
+        content = tools_log4j1_properties()
+    else:
+        path = dist.conf_dir / "tools-log4j2.properties"
+        content = tools_log4j2_properties()
     try:
         if path.read_text(encoding="utf-8") == content:
             return path
@@ -160,7 +169,7 @@ def java_tool_command(
     return [
         find_java(),
         *(jvm_flags if jvm_flags is not None else default_jvm_flags(main_class)),
-        f"-Dlog4j2.configurationFile={tools_log4j2_file(dist)}",
+        logging_jvm_flag(dist.logging, tools_logging_file(dist)),
         "-cp",
         dist.classpath,
         main_class,

@@ -21,6 +21,12 @@ Fixtures:
 Tests that use the single broker are marked ``broker``, tests that use the cluster
 ``cluster`` (``pytest -m "not broker and not cluster"`` runs without Java).
 
+Version matrix: a test (or a fixture parameter) marked ``kafka_version("3.9.2", smoke=True)``
+runs against that Kafka release. ``--kafka-versions`` chooses which of them run: ``smoke``
+(the default: only those marked ``smoke=True``, the bounded set ``make test`` runs), ``all``
+(``make test-versions``), or a comma-separated list of versions. The others are deselected.
+:func:`start_or_give_up` starts a broker of any version with the skip/fail rule below.
+
 If Kafka cannot be fetched or started (no Java, no Maven, a broker that dies), the tests
 that need it are *skipped* with the reason on a developer machine, and *fail* with the full
 error when ``CI=true``: CI must never go green by skipping its integration tests.
@@ -72,32 +78,82 @@ def unique_topic_name(test_name: str) -> str:
     return f"{stem}-{uuid.uuid4().hex[:10]}"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--kafka-versions``: which tests marked ``kafka_version`` run."""
+    parser.addoption(
+        "--kafka-versions",
+        default="smoke",
+        help="version-matrix tests to run: 'smoke' (default: the bounded CI set), 'all', "
+        "or a comma-separated list of Kafka versions such as 3.9.2,4.0.2",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Declare the markers, so that the plugin also works without the project's pyproject."""
     config.addinivalue_line("markers", "broker: needs the session-wide local Apache Kafka broker")
     config.addinivalue_line("markers", "cluster: needs the local 3-node Apache Kafka cluster")
+    config.addinivalue_line(
+        "markers",
+        "kafka_version(version, smoke=False): runs against that Kafka release; selected with "
+        "--kafka-versions (smoke, all, or a list)",
+    )
+
+
+def version_selected(selection: str, version: str, *, smoke: bool) -> bool:
+    """Whether a test marked ``kafka_version(version, smoke=smoke)`` runs under ``selection``."""
+    choice = selection.strip()
+    if choice == "all":
+        return True
+    if choice == "smoke":
+        return smoke
+    return version in {v.strip() for v in choice.split(",") if v.strip()}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the Kafka it needs, judged from the fixtures it requests."""
+    """Mark every test by the Kafka it needs; deselect version-matrix tests not asked for."""
+    selection = str(config.getoption("--kafka-versions", default="smoke"))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & _BROKER_FIXTURES:
             item.add_marker(pytest.mark.broker)
         if names & _CLUSTER_FIXTURES:
             item.add_marker(pytest.mark.cluster)
+        marker = item.get_closest_marker("kafka_version")
+        if marker is not None and not version_selected(
+            selection, str(marker.args[0]), smoke=bool(marker.kwargs.get("smoke", False))
+        ):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
-def _start_or_give_up(nodes: int) -> LocalKafka:
+def start_or_give_up(
+    nodes: int = 1,
+    *,
+    version: str | None = None,
+    broker_config: Mapping[str, str] | None = None,
+) -> LocalKafka:
     """Start Kafka, or skip (fail under ``CI=true``) the requesting tests.
 
     A session fixture that raises is not retried: pytest re-raises the same outcome for every
     later test, so a broken environment costs one start attempt, not one per test.
+
+    Args:
+        nodes: cluster size.
+        version: Kafka release (default: ``AIOKPROD_KAFKA_VERSION`` or the default version).
+        broker_config: extra ``server.properties`` entries for every node.
     """
     try:
-        return LocalKafka(nodes=nodes, broker_config=CLUSTER_CONFIG if nodes > 1 else None).start()
+        return LocalKafka(nodes=nodes, version=version, broker_config=broker_config).start()
     except LocalKafkaError as exc:
         what = "a local Kafka node" if nodes == 1 else f"a local {nodes}-node Kafka cluster"
+        if version is not None:
+            what += f" of Apache Kafka {version}"
         message = f"could not start {what}: {exc}"
     # Outside the except block, so the report shows the message, not a chained traceback.
     if in_ci():
@@ -108,7 +164,7 @@ def _start_or_give_up(nodes: int) -> LocalKafka:
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[LocalKafka]:
     """One local Kafka node shared by the whole test session."""
-    instance = _start_or_give_up(1)
+    instance = start_or_give_up(1)
     try:
         yield instance
     finally:
@@ -118,7 +174,7 @@ def kafka() -> Iterator[LocalKafka]:
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[LocalKafka]:
     """A local 3-node Kafka cluster shared by the whole test session."""
-    instance = _start_or_give_up(3)
+    instance = start_or_give_up(3, broker_config=CLUSTER_CONFIG)
     try:
         yield instance
     finally:

@@ -1,12 +1,18 @@
-"""Integration-test hooks: print the fault scenarios' counts at the end of the run."""
+"""Integration-test hooks: print the fault scenarios' counts and the version matrix."""
 
 from __future__ import annotations
 
 import pytest
 from faults import RESULTS
+from versions_report import report_lines
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    versions = report_lines()
+    if versions:
+        terminalreporter.section("broker versions (read back with librdkafka)")
+        for line in versions:
+            terminalreporter.write_line(line)
     if not RESULTS:
         return
     terminalreporter.section("fault scenarios (read back with librdkafka)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -136,7 +136,14 @@ def audit(
         if inversions:
             print(f"key {k} partition {partitions} out of order: {inversions[:5]}")
         reordered += len(inversions)
-    failed = sum(1 for f in stream.futures if f.done() and f.exception() is not None)
+    errors = Counter(
+        f"{type(e).__name__}: {str(e)[:120]}"
+        for f in stream.futures
+        if f.done() and (e := f.exception()) is not None
+    )
+    for text, count in errors.most_common(5):
+        print(f"[{scenario}] {count} future(s) failed with {text}")
+    failed = sum(errors.values())
     pending = sum(1 for f in stream.futures if not f.done())
     retried = int(metrics["records_retried"]) if metrics else 0
     result = Audit(

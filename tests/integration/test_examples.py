@@ -1,8 +1,9 @@
 """The examples run against the local broker: aiohttp app, asyncio script, sync script.
 
-(The FastAPI example has its own file, test_fastapi_example.py; the PySpark example runs in
-test_spark_sink.py on that file's Spark session.) Below those, every example's documented
-command is run as its docstring gives it, `python -m aiokprod.testing exec ...` included.
+(The FastAPI example has its own file, test_fastapi_example.py; the PySpark examples run in
+test_spark_sink.py and test_spark_streaming.py on those files' Spark sessions.) Below those,
+every example's documented command is run as its docstring gives it, `python -m
+aiokprod.testing exec ...` included.
 """
 
 from __future__ import annotations
@@ -113,10 +114,11 @@ EXAMPLE_FILES = {
     "sync_script.py",
     "fastapi_app.py",
     "aiohttp_app.py",
-    "spark_job.py",
+    "spark_batch.py",
+    "spark_streaming.py",
     "schema_registry.py",
 }
-#: A command under `exec` starts its own Kafka (and Spark's JVM for spark_job): be patient.
+#: A command under `exec` starts its own Kafka (and Spark's JVM for spark_batch): be patient.
 EXEC_TIMEOUT_S = 300
 
 
@@ -171,7 +173,7 @@ def test_every_example_documents_a_command() -> None:
         ("quickstart.py", "read back with librdkafka: 100,000 records"),
         ("asyncio_script.py", "10000 of 10000 records delivered"),
         ("sync_script.py", "1000 of 1000 rows delivered"),
-        ("spark_job.py", "delivered 100000 records to 'clicks'"),
+        ("spark_batch.py", "wrote 100000 records to 'clicks'"),
         ("schema_registry.py", "1000 of 1000 records decoded with schema id 1"),
     ],
 )

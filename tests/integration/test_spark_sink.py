@@ -1,16 +1,16 @@
-"""aiokprod.spark: a PySpark DataFrame written to the local broker, read back with librdkafka.
+"""format("aiokprod") and write_dataframe: DataFrames written to the local broker, read back
+with librdkafka.
 
-Spark runs in local mode (``local[2]``, a small driver, no UI, bound to 127.0.0.1); the Python
-workers are this interpreter. Without PySpark these tests are skipped, except under CI=true,
-where they must run (``make test`` installs the ``spark`` extra).
+One SparkSession for the module, ``local[2,2]``: two cores, and a task may be attempted twice
+(the retry test needs one retry; plain ``local[2]`` allows none). Without PySpark these tests
+are skipped, except under CI=true, where they must run (``make test`` installs the ``spark``
+extra).
 """
 
 from __future__ import annotations
 
+import collections
 import importlib.util
-import os
-import pickle
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +18,6 @@ import pytest
 from readback import consume_all
 
 from aiokprod import ConfigError
-from aiokprod import spark as spark_module
 from aiokprod.spark import SparkWriteError, write_dataframe
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import in_ci
@@ -26,159 +25,197 @@ from aiokprod.testing.pytest_plugin import in_ci
 if importlib.util.find_spec("pyspark") is None and not in_ci():
     pytest.skip("PySpark is not installed (pip install 'aiokprod[spark]')", allow_module_level=True)
 
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from spark_session import local_spark
 
 ROWS = 100_000
 SPARK_PARTITIONS = 8
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the executors' Python has aiokprod
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiokprod-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "512m")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
+    # Arrow batches of 1,000 rows: the retry test needs a partition to ship several.
+    with local_spark(
+        "aiokprod-tests",
+        master="local[2,2]",
+        **{"spark.sql.execution.arrow.maxRecordsPerBatch": "1000"},
+    ) as session:
         yield session
-    finally:
-        session.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
-def rows_frame(spark: SparkSession, rows: int, topic: str) -> DataFrame:
-    """key: string, value: binary, headers: array<struct<key,value>>, topic: string column."""
-    return spark.range(rows, numPartitions=SPARK_PARTITIONS).selectExpr(
-        "concat('k-', cast(id % 5000 as string)) AS key",
-        "cast(concat('value-', cast(id as string)) AS binary) AS value",
-        "array(named_struct('key', 'row', 'value', cast(cast(id as string) AS binary)),"
-        " named_struct('key', 'nothing', 'value', cast(null AS binary))) AS headers",
-        f"'{topic}' AS topic",
-        "id AS extra_column_ignored",
-    )
+def to_kafka(df: DataFrame, bootstrap: str, **options: str) -> None:
+    writer = df.write.format("aiokprod").option("kafka.bootstrap.servers", bootstrap)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
 
 
-@pytest.mark.timeout(180)
-def test_100k_rows_from_8_partitions_are_read_back(
+def test_keyed_rows_from_8_partitions_are_read_back(
     spark: SparkSession, kafka: LocalKafka, new_topic
 ) -> None:
     topic = new_topic(partitions=6)
-    df = rows_frame(spark, ROWS, topic)
-    assert df.rdd.getNumPartitions() == SPARK_PARTITIONS
-
-    delivered = write_dataframe(df, kafka.bootstrap_servers, linger_ms=10)
-
-    assert delivered == {p: ROWS // SPARK_PARTITIONS for p in range(SPARK_PARTITIONS)}
-    records = consume_all(kafka.bootstrap_servers, topic, expected=ROWS, timeout_s=90)
-    assert len(records) == ROWS
-    got = sorted((r.key, r.value, r.headers) for r in records)
-    expected = sorted(
-        (
-            f"k-{i % 5000}".encode(),
-            f"value-{i}".encode(),
-            (("row", str(i).encode()), ("nothing", None)),
-        )
-        for i in range(ROWS)
+    df = spark.range(ROWS, numPartitions=SPARK_PARTITIONS).selectExpr(
+        "concat('k-', cast(id % 5000 as string)) AS key",  # string: sent as UTF-8
+        "cast(concat('value-', cast(id as string)) AS binary) AS value",
+        "id AS extra_column_ignored",
     )
-    assert got == expected
-    # keyed like the Java client: one key, one partition
+    to_kafka(df, kafka.bootstrap_servers, topic=topic, **{"kafka.linger.ms": "10"})
+
+    records = consume_all(kafka.bootstrap_servers, topic, expected=ROWS, timeout_s=90)
+    got = sorted((r.key, r.value) for r in records)
+    assert got == sorted((f"k-{i % 5000}".encode(), f"value-{i}".encode()) for i in range(ROWS))
     partitions: dict[bytes | None, set[int]] = {}
-    for r in records:
+    for r in records:  # keyed like the Java client: one key, one partition
         partitions.setdefault(r.key, set()).add(r.partition)
     assert all(len(p) == 1 for p in partitions.values())
+    assert len({r.partition for r in records}) == 6
 
 
-@pytest.mark.timeout(120)
-def test_a_missing_topic_fails_with_per_partition_counts(
+def test_topic_partition_and_headers_columns(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    first, second = new_topic(partitions=3), new_topic(partitions=2)
+    df = spark.range(3000, numPartitions=3).selectExpr(
+        f"if(id % 2 = 0, '{first}', '{second}') AS topic",
+        "cast(id % 2 AS int) AS partition",
+        "concat('v', cast(id as string)) AS value",  # string values
+        "if(id % 3 = 0, null, cast(id AS string)) AS key",  # some null keys
+        "array(named_struct('key', 'row', 'value', cast(cast(id as string) AS binary)),"
+        " named_struct('key', 'nothing', 'value', cast(null AS binary))) AS headers",
+    )
+    to_kafka(df, kafka.bootstrap_servers)
+    one = consume_all(kafka.bootstrap_servers, first, expected=1500, timeout_s=30)
+    two = consume_all(kafka.bootstrap_servers, second, expected=1500, timeout_s=30)
+    assert sorted(int(r.value[1:]) for r in one) == list(range(0, 3000, 2))
+    assert sorted(int(r.value[1:]) for r in two) == list(range(1, 3000, 2))
+    assert {r.partition for r in one} == {0}
+    assert {r.partition for r in two} == {1}
+    for r in one + two:
+        i = int(r.value[1:])
+        assert r.key == (None if i % 3 == 0 else str(i).encode())
+        assert r.headers == (("row", str(i).encode()), ("nothing", None))
+
+
+def test_a_missing_topic_fails_the_job_with_a_clear_message(
     spark: SparkSession, kafka: LocalKafka, new_topic
 ) -> None:
     missing = f"missing-{new_topic()}"
-    df = spark.range(800, numPartitions=SPARK_PARTITIONS).selectExpr("cast(id AS string) AS value")
+    df = spark.range(400, numPartitions=2).selectExpr("cast(id AS string) AS value")
+    with pytest.raises(PySparkException) as failure:  # Spark's PythonException
+        to_kafka(
+            df,
+            kafka.bootstrap_servers,
+            topic=missing,
+            **{"kafka.allow.auto.create.topics": "false", "kafka.max.block.ms": "1500"},
+        )
+    message = str(failure.value)
+    assert "SparkWriteError" in message, message
+    assert "0 of 200 rows delivered, 200 failed" in message, message
+    assert "MetadataTimeoutError" in message
+    assert missing in message
+
+
+def test_a_retried_task_sends_its_partition_again(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    """At-least-once: attempt 0 of partition 1 meets a record too large at row 3000 of its
+    partition, after sending the rows before it; the task fails, attempt 1 sends the whole
+    partition again. Partition 0 is written once."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    @udf("string", useArrow=False)
+    def too_large_on_first_attempt(i: int) -> str:
+        context = TaskContext.get()
+        assert context is not None
+        if context.partitionId() == 1 and context.attemptNumber() == 0 and i == 8000:
+            return "x" * 2_000_000  # > max.request.size: the record is refused
+        return str(i)
+
+    topic = new_topic(partitions=2)
+    df = spark.range(10_000, numPartitions=2).select(
+        too_large_on_first_attempt("id").alias("value")
+    )
+    to_kafka(df, kafka.bootstrap_servers, topic=topic)
+
+    records = consume_all(kafka.bootstrap_servers, topic, expected=13_000, timeout_s=30)
+    counts = collections.Counter(int(r.value) for r in records)
+    assert set(counts) == set(range(10_000))  # nothing lost
+    # Arrow batches of 1,000 rows: attempt 0 sent rows 5000-7999, then failed on 8000
+    assert [i for i, n in counts.items() if n != 1] == list(range(5000, 8000))
+    assert all(counts[i] == 2 for i in range(5000, 8000))
+
+
+def test_mistakes_fail_on_the_driver_before_any_task(spark: SparkSession) -> None:
+    # Computing any row of this frame fails: the errors below come before any task runs.
+    values = spark.range(3).selectExpr(
+        "cast(if(id >= 0, raise_error('a task ran'), 'x') AS string) AS value"
+    )
+
+    def error_of(df: DataFrame, mode: str = "append", **options: str) -> str:
+        writer = df.write.format("aiokprod")
+        for name, value in options.items():
+            writer = writer.option(name, value)
+        with pytest.raises(PySparkException) as failure:
+            writer.mode(mode).save()
+        text = str(failure.value)
+        assert "a task ran" not in text
+        return text
+
+    boot = {"kafka.bootstrap.servers": "127.0.0.1:9"}
+    assert "kafka.bootstrap.servers is required" in error_of(values, topic="t")
+    assert "no 'topic' column" in error_of(values, **boot)
+    assert "expected an integer, got 'soon'" in error_of(
+        values, topic="t", **boot, **{"kafka.linger.ms": "soon"}
+    )
+    assert "column 'value' must be string or binary, got bigint" in error_of(
+        spark.range(3).selectExpr("id AS value"), topic="t", **boot
+    )
+    assert "mode('append')" in error_of(values, "overwrite", topic="t", **boot)
+    text = error_of(
+        values, topic="t", **boot, **{"kafka.sasl.plain.password": "hunter2"}
+    )  # a password without SASL: refused, and not shown
+    assert "sasl_plain_password" in text
+    assert "hunter2" not in text
+
+
+def test_write_dataframe_reports_every_partition(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    topic = new_topic(partitions=3)
+    df = spark.range(3000, numPartitions=3).selectExpr(
+        "cast(id % 3 AS int) AS partition", "concat('v', cast(id as string)) AS value"
+    )
+    delivered = write_dataframe(df, kafka.bootstrap_servers, topic=topic, client_id="spark-test")
+    assert delivered == {0: 1000, 1: 1000, 2: 1000}
+    records = consume_all(kafka.bootstrap_servers, topic, expected=3000, timeout_s=30)
+    assert sorted(int(r.value[1:]) for r in records) == list(range(3000))
+    assert all(r.partition == int(r.value[1:]) % 3 for r in records)
+
+    missing = f"missing-{new_topic()}"
     with pytest.raises(SparkWriteError) as failure:
         write_dataframe(
-            df,
+            df.select("value"),
             kafka.bootstrap_servers,
             topic=missing,
             allow_auto_create_topics=False,
             max_block_ms=1500,
         )
     error = failure.value
-    message = str(error)
-    assert "0 of 800 rows delivered" in message
-    assert "8 of 8 Spark partitions failed" in message
-    for p in range(SPARK_PARTITIONS):
-        assert f"partition {p}: 0/1/99 of 100" in message, message
-    assert "MetadataTimeoutError" in message
-    assert missing in message
-    assert error.delivered == dict.fromkeys(range(SPARK_PARTITIONS), 0)
+    # each partition is one Arrow batch of 1,000 rows, whose send_many call failed
+    assert "0 of 3000 rows delivered, 3000 failed, 0 not sent" in str(error)
+    assert "3 of 3 Spark partitions failed" in str(error)
+    assert f"MetadataTimeoutError: topic {missing!r}" in str(error)
     assert [(r.rows, r.delivered, r.failed, r.not_sent) for r in error.results] == [
-        (100, 0, 1, 99)
-    ] * SPARK_PARTITIONS
+        (1000, 0, 1000, 0)
+    ] * 3
+    assert error.delivered == {0: 0, 1: 0, 2: 0}
 
 
-@pytest.mark.timeout(120)
-def test_partition_column_string_values_and_the_example(
-    spark: SparkSession, kafka: LocalKafka, new_topic
-) -> None:
-    topic = new_topic(partitions=3)
-    df = spark.range(300, numPartitions=3).selectExpr(
-        "cast(id % 3 AS int) AS partition", "concat('v', cast(id as string)) AS value"
-    )
-    delivered = write_dataframe(df, kafka.bootstrap_servers, topic=topic, client_id="spark-test")
-    assert sum(delivered.values()) == 300
-    records = consume_all(kafka.bootstrap_servers, topic, expected=300, timeout_s=30)
-    assert len(records) == 300
-    assert all(r.partition == int(r.value[1:]) % 3 for r in records)
-    assert all(r.key is None for r in records)
-
-    # examples/spark_job.py, on this session
-    example_topic = new_topic(partitions=2)
-    spec = importlib.util.spec_from_file_location(
-        "example_spark_job", Path(__file__).resolve().parents[2] / "examples" / "spark_job.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    assert example.run(spark, kafka.bootstrap_servers, example_topic, 2000) == 0
-    assert len(consume_all(kafka.bootstrap_servers, example_topic, 2000, timeout_s=30)) == 2000
-
-
-def test_schema_errors_are_raised_on_the_driver(spark: SparkSession) -> None:
-    values = spark.range(3).selectExpr("cast(id as string) AS value")
-    with pytest.raises(ConfigError, match="no 'topic' column: pass topic="):
-        write_dataframe(values, "127.0.0.1:9")
-    with pytest.raises(ConfigError, match="needs a 'value' column"):
-        write_dataframe(spark.range(3), "127.0.0.1:9", topic="t")
-    with pytest.raises(ConfigError, match="column 'value' must be string or binary, got bigint"):
-        write_dataframe(spark.range(3).selectExpr("id AS value"), "127.0.0.1:9", topic="t")
-    with pytest.raises(ConfigError, match="column 'partition' must be int, got bigint"):
-        write_dataframe(
-            values.selectExpr("value", "cast(1 AS bigint) AS partition"), "127.0.0.1:9", topic="t"
-        )
-    with pytest.raises(ConfigError, match="column 'headers' must be array"):
-        write_dataframe(values.selectExpr("value", "'h' AS headers"), "127.0.0.1:9", topic="t")
-    with pytest.raises(ConfigError, match="linger_ms"):
-        write_dataframe(values, "127.0.0.1:9", topic="t", linger_ms="soon")
-
-
-def test_options_that_cannot_travel_to_executors(spark: SparkSession) -> None:
+def test_write_dataframe_checks_python_options(spark: SparkSession) -> None:
     import threading
-
-    from aiokprod import config
 
     values = spark.range(3).selectExpr("cast(id as string) AS value")
 
@@ -191,13 +228,18 @@ def test_options_that_cannot_travel_to_executors(spark: SparkSession) -> None:
 
     with pytest.raises(ConfigError, match=r"key_serializer \(Locked\) cannot be sent"):
         write_dataframe(values, "127.0.0.1:9", topic="t", key_serializer=Locked())
-    if hasattr(config, "Secret"):  # credentials travel, without showing in a repr
-        shipped = spark_module._shippable({"sasl_plain_password": config.Secret("s3cret")})
-        assert "s3cret" not in repr(shipped)
-        assert "s3cret" not in str(shipped["sasl_plain_password"])
-        assert pickle.loads(pickle.dumps(shipped))["sasl_plain_password"] == "s3cret"
-    plain = spark_module._shippable({"sasl_plain_password": "hunter2", "linger_ms": 5})
-    assert "hunter2" not in repr(plain)
-    assert plain["linger_ms"] == 5
-    assert type(spark_module._unseal(plain["sasl_plain_password"])) is str
-    assert f"{spark_module._unseal(plain['sasl_plain_password'])}" == "hunter2"
+    with pytest.raises(ConfigError, match="linger_ms"):
+        write_dataframe(values, "127.0.0.1:9", topic="t", linger_ms="soon")
+    with pytest.raises(ConfigError, match="no 'topic' column"):
+        write_dataframe(values, "127.0.0.1:9")
+
+
+def test_the_batch_example(spark: SparkSession, kafka: LocalKafka, new_topic) -> None:
+    topic = new_topic(partitions=2)
+    spec = importlib.util.spec_from_file_location("spark_batch", EXAMPLES / "spark_batch.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.run(spark, kafka.bootstrap_servers, topic, 2000)
+    assert len(consume_all(kafka.bootstrap_servers, topic, 2000, timeout_s=30)) == 2000

@@ -191,7 +191,7 @@ def test_a_first_run_says_it_is_fetching_the_jars(
         return _Dist()
 
     monkeypatch.setenv("AIOKPROD_KAFKA_VERSION", "4.3.1")
-    monkeypatch.setattr(testing_main, "find_distribution", lambda: None)
+    monkeypatch.setattr(testing_main, "find_distribution", lambda version=None: None)
     monkeypatch.setattr(testing_main, "ensure_distribution", fake_ensure)
     testing_main._fetch_with_progress()
     assert fetched == ["4.3.1"]
@@ -201,7 +201,7 @@ def test_a_first_run_says_it_is_fetching_the_jars(
 def test_cached_jars_are_not_announced(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(testing_main, "find_distribution", lambda: object())
+    monkeypatch.setattr(testing_main, "find_distribution", lambda version=None: object())
     monkeypatch.setattr(testing_main, "ensure_distribution", _never_start)
     testing_main._fetch_with_progress()
     assert capsys.readouterr().err == ""

@@ -9,10 +9,13 @@ import pytest
 
 from aiokprod.testing.config import (
     NodeAddress,
+    broker_log4j1_properties,
     broker_log4j2_properties,
     broker_properties,
+    logging_jvm_flag,
     new_cluster_id,
     render_properties,
+    tools_log4j1_properties,
     tools_log4j2_properties,
 )
 
@@ -160,3 +163,33 @@ def test_log4j_configs() -> None:
     tools = tools_log4j2_properties()
     assert "appender.err.target = SYSTEM_ERR" in tools
     assert "rootLogger.level = WARN" in tools
+
+
+def test_log4j1_configs_for_kafka_3x() -> None:
+    broker = broker_log4j1_properties()
+    assert "log4j.rootLogger=INFO, stdout" in broker
+    assert "log4j.appender.stdout=org.apache.log4j.ConsoleAppender" in broker
+    tools = tools_log4j1_properties()
+    assert "log4j.rootLogger=WARN, stderr" in tools
+    assert "log4j.appender.stderr.Target=System.err" in tools
+
+
+def test_logging_flag_per_backend(tmp_path: Path) -> None:
+    conf = tmp_path / "log4j.properties"
+    assert logging_jvm_flag("log4j2", conf) == f"-Dlog4j2.configurationFile={conf}"
+    # Log4j 1 reads a URL, not a path
+    assert logging_jvm_flag("reload4j", conf) == f"-Dlog4j.configuration=file://{conf}"
+
+
+def test_share_coordinator_settings_only_for_kafka_4(tmp_path: Path) -> None:
+    node = NodeAddress(1, "127.0.0.1", 9092, 9093)
+    with_share = broker_properties(node, [node], tmp_path)
+    without = broker_properties(node, [node], tmp_path, share_coordinator=False)
+    share_keys = {k for k in with_share if k.startswith("share.coordinator.")}
+    assert share_keys == {
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.num.partitions",
+    }
+    assert not any(k.startswith("share.") for k in without)
+    assert {k: v for k, v in with_share.items() if k not in share_keys} == without

@@ -582,3 +582,23 @@ def test_abort_undrained_fails_queued_batches_only() -> None:
     assert not acc.has_undrained()
     assert acc.incomplete_batches() == [in_flight]
     assert acc.budget.used == 500  # only the in-flight batch is still held
+
+
+def test_reenqueued_batches_without_sequences_keep_creation_order() -> None:
+    """Batches of failed requests come back one by one; the head must stay the oldest.
+
+    (Found by the simulator, seed 109974: appended at the front in answer order, an older
+    batch sat behind a newer one and expired 500 ms past its delivery timeout.)
+    """
+    acc = accumulator(batch_size=100, linger_ms=0, delivery_timeout_ms=1000)
+    old, _, _ = append(acc, T0, b"x" * 200, now_ms=0)
+    new, _, _ = append(acc, T0, b"y" * 200, now_ms=10)
+    later, _, _ = append(acc, T0, b"z" * 200, now_ms=20)  # never sent
+    drained = acc.drain(ONE_NODE, {1}, 1_000_000, 30)[1]
+    assert drained == [old]
+    drained = acc.drain(ONE_NODE, {1}, 1_000_000, 31)[1]
+    assert drained == [new]
+    acc.reenqueue(old, 40, 0)  # the answers fail the oldest first...
+    acc.reenqueue(new, 40, 0)
+    assert acc.queued(T0) == [old, new, later]
+    assert acc.expire(1000) == [old]  # ... so the oldest expires on time

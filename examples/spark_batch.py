@@ -1,15 +1,14 @@
-"""PySpark: write a DataFrame to Kafka with one aiokprod producer per Spark partition.
+"""PySpark batch job: a DataFrame written to Kafka with format("aiokprod").
 
 The DataFrame has the columns of Spark's own Kafka sink (``value``, and optionally ``key``,
-``topic``, ``partition``, ``headers``). ``write_dataframe`` returns the records each Spark
-partition delivered, or raises ``SparkWriteError`` with every partition's counts. Run it
+``topic``, ``partition``, ``headers``); the options are Spark's too (``kafka.*``). Run it
 (``pip install 'aiokprod[spark]'``, Java 17+) against any broker::
 
-    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/spark_job.py clicks 100000
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/spark_batch.py clicks 100000
 
 or with the project's local Kafka::
 
-    python -m aiokprod.testing exec --topic clicks:6 -- python examples/spark_job.py clicks
+    python -m aiokprod.testing exec --topic clicks:6 -- python examples/spark_batch.py clicks
 
 On a cluster, submit it with spark-submit; aiokprod must be installed on the executors.
 """
@@ -21,7 +20,7 @@ import sys
 
 from pyspark.sql import DataFrame, SparkSession
 
-from aiokprod.spark import SparkWriteError, write_dataframe
+import aiokprod.spark
 
 
 def clicks(spark: SparkSession, rows: int, partitions: int = 8) -> DataFrame:
@@ -29,22 +28,21 @@ def clicks(spark: SparkSession, rows: int, partitions: int = 8) -> DataFrame:
     return spark.range(rows, numPartitions=partitions).selectExpr(
         "concat('user-', cast(id % 1000 as string)) AS key",  # string: sent as UTF-8
         "cast(to_json(named_struct('click', id, 'page', id % 17)) AS binary) AS value",
-        "array(named_struct('key', 'source', 'value', cast('spark_job' AS binary))) AS headers",
     )
 
 
-def run(spark: SparkSession, bootstrap_servers: str, topic: str, rows: int) -> int:
-    df = clicks(spark, rows)
-    try:
-        # any producer option passes through (credentials too); it is never logged
-        delivered = write_dataframe(df, bootstrap_servers, topic=topic, linger_ms=20)
-    except SparkWriteError as exc:
-        print(exc, file=sys.stderr)  # per-partition delivered/failed/not sent, first error
-        return 1
-    print(f"delivered {sum(delivered.values())} records to {topic!r}")
-    for partition, count in sorted(delivered.items()):
-        print(f"  Spark partition {partition}: {count}")
-    return 0
+def run(spark: SparkSession, bootstrap_servers: str, topic: str, rows: int) -> None:
+    aiokprod.spark.register(spark)  # once per session: format("aiokprod")
+    (
+        clicks(spark, rows)
+        .write.format("aiokprod")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", topic)
+        .option("kafka.linger.ms", "20")  # any Java producer option, as kafka.<name>
+        .mode("append")  # Python data sources need an explicit append
+        .save()
+    )  # a partition that fails fails its task (and the job, once Spark gives up)
+    print(f"wrote {rows} records to {topic!r}")
 
 
 def main() -> int:
@@ -54,15 +52,15 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors use this Python
     spark = (
         SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("aiokprod-spark-job")
+        .appName("aiokprod-spark-batch")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "8")
         .getOrCreate()
     )
     try:
-        return run(spark, bootstrap, topic, rows)
+        run(spark, bootstrap, topic, rows)
     finally:
         spark.stop()
+    return 0
 
 
 if __name__ == "__main__":

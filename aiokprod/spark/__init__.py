@@ -1,0 +1,78 @@
+"""PySpark: write DataFrames to Kafka with aiokprod, batch and Structured Streaming.
+
+::
+
+    import aiokprod.spark
+
+    aiokprod.spark.register(spark)      # once per SparkSession
+    (df.write.format("aiokprod")
+        .option("kafka.bootstrap.servers", "broker1:9092")
+        .option("topic", "events")
+        .mode("append")
+        .save())
+
+The ``aiokprod`` data source takes the options and columns of Spark's own Kafka sink
+(``format("kafka")``); each Spark task runs one aiokprod producer fed with the partition's
+Arrow batches. :func:`write_dataframe` is the same writer as a function call that returns
+the per-partition counts. See docs/spark.md.
+
+PySpark and pyarrow are optional dependencies (``pip install 'aiokprod[spark]'``);
+importing this package does not import them. aiokprod must be installed on the executors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiokprod.spark.dataframe import write_dataframe
+from aiokprod.spark.results import PartitionResult, SparkWriteError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["FORMAT", "PartitionResult", "SparkWriteError", "register", "write_dataframe"]
+
+#: The data source's format name.
+FORMAT = "aiokprod"
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``aiokprod`` data source with ``spark`` (``format("aiokprod")``).
+
+    Call it once per session, on the driver. Needs pyspark >= 4.0 (streaming: >= 4.1) and
+    pyarrow; aiokprod must be importable on the executors.
+
+    Raises:
+        ImportError: PySpark or pyarrow is missing, or PySpark has no Python Data Source API.
+    """
+    require_spark()
+    try:
+        from aiokprod.spark.source import AiokprodDataSource
+    except ImportError as exc:
+        raise ImportError(
+            "format('aiokprod') needs the Python Data Source API of pyspark >= 4.0: "
+            f"pip install 'aiokprod[spark]' ({exc})"
+        ) from exc
+    spark.dataSource.register(AiokprodDataSource)
+
+
+def require_spark() -> None:
+    """Fail with a clear ImportError when PySpark or pyarrow is missing."""
+    missing: list[str] = []
+    for module in ("pyspark", "pyarrow"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ImportError(
+            f"aiokprod.spark needs {' and '.join(missing)}: pip install 'aiokprod[spark]'"
+        )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AiokprodDataSource":
+        from aiokprod.spark.source import AiokprodDataSource
+
+        return AiokprodDataSource
+    raise AttributeError(name)

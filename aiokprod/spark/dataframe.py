@@ -1,0 +1,159 @@
+"""``write_dataframe``: the data source's writer as a function call with Python options.
+
+::
+
+    from aiokprod.spark import write_dataframe
+
+    delivered = write_dataframe(df, "broker1:9092", topic="events", linger_ms=20)
+    # {0: 12500, 1: 12500, ...}: records delivered by each Spark partition
+
+Unlike ``format("aiokprod")`` it takes producer options as Python values (a ``Secret``,
+serializers, interceptors, an OAuth token provider), and a failing partition does not fail
+its task: every partition reports its counts and the driver raises
+:class:`~aiokprod.spark.results.SparkWriteError` with all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import ConfigError
+from aiokprod.spark.arrow import PartitionWriter
+from aiokprod.spark.columns import check_schema
+from aiokprod.spark.options import seal_secrets
+from aiokprod.spark.results import PartitionResult, SparkWriteError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["write_dataframe"]
+
+_RESULT_SCHEMA = (
+    "partition int, rows long, delivered long, failed long, not_sent long, error string, "
+    "attempt int"
+)
+
+
+def write_dataframe(
+    df: DataFrame,
+    bootstrap_servers: str | Sequence[str],
+    *,
+    topic: str | None = None,
+    close_timeout: float | None = None,
+    **options: Any,
+) -> dict[int, int]:
+    """Write every row of ``df`` to Kafka; one producer per Spark partition.
+
+    Args:
+        df: a DataFrame with a ``value`` column and optionally ``key``, ``topic``,
+            ``partition`` and ``headers`` (the columns of Spark's Kafka sink).
+        bootstrap_servers: ``"host:port"``, a comma-separated list, or a list of them.
+        topic: the topic of every row. Required when ``df`` has no ``topic`` column; when
+            both are present this wins, as with Spark's ``topic`` option.
+        close_timeout: seconds each partition's producer waits, when closing, for records
+            not yet acknowledged; None waits (bounded by ``delivery_timeout_ms``).
+        **options: producer options, exactly as for :class:`~aiokprod.Producer` (credentials
+            included). They are validated here, on the driver, and shipped to the executors
+            inside the task closure; they are never logged. Without ``client_id``, partition
+            N uses ``aiokprod-spark-N``.
+
+    Returns:
+        Records delivered per Spark partition index (every row, when this returns).
+
+    Raises:
+        ConfigError: a bad producer option, a missing ``value`` column, a column of the
+            wrong type, or neither a ``topic`` column nor ``topic=``.
+        SparkWriteError: some rows were not delivered; its message and ``results`` give
+            the counts of every partition and the first error.
+        ImportError: PySpark or pyarrow is not installed.
+    """
+    from aiokprod.spark import require_spark
+
+    require_spark()
+    ProducerConfig.from_options(bootstrap_servers, **options)  # fail on the driver, not later
+    columns = check_schema(df.schema, topic)
+    writer = PartitionWriter(
+        bootstrap_servers, _shippable(options), topic, close_timeout=close_timeout
+    )
+    by_name = {f.name.lower(): f.name for f in df.schema.fields}
+    selected = df.select(*(by_name[c] for c in columns))
+    rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
+    results = sorted(
+        (
+            PartitionResult(
+                r["partition"],
+                r["rows"],
+                r["delivered"],
+                r["failed"],
+                r["not_sent"],
+                r["error"],
+                r["attempt"],
+            )
+            for r in rows
+        ),
+        key=lambda r: r.partition,
+    )
+    if not all(r.ok for r in results):
+        raise SparkWriteError(results)
+    return {r.partition: r.delivered for r in results}
+
+
+class _MapWriter:
+    """The ``mapInArrow`` function: the partition's batches in, one result row out."""
+
+    def __init__(self, writer: PartitionWriter) -> None:
+        self.writer = writer
+
+    def __repr__(self) -> str:
+        return f"<aiokprod.spark map writer {self.writer!r}>"
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        index = context.partitionId() if context is not None else 0
+        attempt = context.attemptNumber() if context is not None else 0
+        r = self.writer.write(index, batches, attempt)
+        yield pa.RecordBatch.from_pydict(
+            {
+                "partition": pa.array([r.partition], pa.int32()),
+                "rows": pa.array([r.rows], pa.int64()),
+                "delivered": pa.array([r.delivered], pa.int64()),
+                "failed": pa.array([r.failed], pa.int64()),
+                "not_sent": pa.array([r.not_sent], pa.int64()),
+                "error": pa.array([r.error], pa.string()),
+                "attempt": pa.array([r.attempt], pa.int32()),
+            }
+        )
+
+
+def _shippable(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options as they travel to the executors (pickled in the task closure).
+
+    A :class:`~aiokprod.config.Secret` refuses to be pickled, so its value travels as a
+    sealed string (the producer on the executor wraps it in a Secret again). Any other
+    value that cannot be pickled (an ``ssl.SSLContext``, a lambda holding a lock) is a
+    ConfigError naming the option, raised here rather than as a Spark serialization failure.
+    """
+    from pyspark import cloudpickle
+
+    dumps: Callable[[Any], bytes] = cloudpickle.dumps
+    shipped = seal_secrets(options)
+    for name, value in shipped.items():
+        try:
+            dumps(value)
+        except Exception:
+            hint = (
+                "; use ssl_cafile, ssl_certfile and ssl_keyfile (files present on every "
+                "executor) instead"
+                if name == "ssl_context"
+                else ""
+            )
+            raise ConfigError(
+                f"producer option {name} ({type(value).__name__}) cannot be sent to the Spark "
+                f"executors: it cannot be pickled{hint}"
+            ) from None
+    return shipped

@@ -1,0 +1,98 @@
+"""What a Spark partition reports: counts and the first error."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from aiokprod.errors import KafkaError
+
+__all__ = ["PartitionResult", "SparkWriteError"]
+
+#: How many failing partitions an error message lists one by one.
+_LISTED_PARTITIONS = 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """What one Spark partition (one task attempt) did.
+
+    Attributes:
+        partition: the Spark partition's index.
+        rows: rows in the partition.
+        delivered: records the brokers acknowledged.
+        failed: records that failed, or whose outcome is unknown: a bulk call that raised
+            counts all its rows here, although those queued before the error may arrive.
+        not_sent: rows not sent because an earlier record of the partition had failed.
+        error: the partition's first error, as ``"TypeName: message"``, or None.
+        attempt: the task attempt (0 for the first; Spark retries count up).
+    """
+
+    partition: int
+    rows: int
+    delivered: int
+    failed: int
+    not_sent: int
+    error: str | None = None
+    attempt: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether every row of the partition was delivered."""
+        return self.delivered == self.rows and self.error is None
+
+    def summary(self) -> str:
+        """One line: ``partition 3 (attempt 0): 95 of 100 rows delivered, ...``."""
+        return (
+            f"partition {self.partition} (attempt {self.attempt}): {self.delivered} of "
+            f"{self.rows} rows delivered, {self.failed} failed, {self.not_sent} not sent"
+        )
+
+
+class SparkWriteError(KafkaError):
+    """Some rows of the DataFrame were not delivered.
+
+    Raised by :func:`~aiokprod.spark.write_dataframe` on the driver (with every partition's
+    counts), and by a failing task of the ``aiokprod`` data source (with its own counts;
+    Spark then shows it inside its task failure).
+
+    Attributes:
+        results: one :class:`PartitionResult` per Spark partition reported.
+    """
+
+    def __init__(self, results: Sequence[PartitionResult]) -> None:
+        self.results = list(results)
+        super().__init__(describe_failure(self.results))
+
+    @property
+    def delivered(self) -> dict[int, int]:
+        """Records delivered per Spark partition (also for the partitions that failed)."""
+        return {r.partition: r.delivered for r in self.results}
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (SparkWriteError, (self.results,))
+
+
+def describe_failure(results: Sequence[PartitionResult]) -> str:
+    """The message of a :class:`SparkWriteError`: totals, failing partitions, first error."""
+    rows = sum(r.rows for r in results)
+    delivered = sum(r.delivered for r in results)
+    failed = sum(r.failed for r in results)
+    not_sent = sum(r.not_sent for r in results)
+    bad = [r for r in results if not r.ok]
+    lines = [
+        f"writing to Kafka failed: {delivered} of {rows} rows delivered, "
+        f"{failed} failed, {not_sent} not sent (a partition stops at its first failure); "
+        f"{len(bad)} of {len(results)} Spark partitions failed",
+        "per Spark partition (delivered/failed/not sent of rows):",
+    ]
+    for r in bad[:_LISTED_PARTITIONS]:
+        lines.append(
+            f"  partition {r.partition}: {r.delivered}/{r.failed}/{r.not_sent} of {r.rows}"
+        )
+    if len(bad) > _LISTED_PARTITIONS:
+        lines.append(f"  ... and {len(bad) - _LISTED_PARTITIONS} more failed partitions")
+    first = next((r for r in bad if r.error is not None), None)
+    if first is not None:
+        lines.append(f"first error (partition {first.partition}): {first.error}")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""SimWorld: one simulated run's loop, cluster, network, faults and event trace, from a seed."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from aiokprod.testing.sim.cluster import SimCluster
+from aiokprod.testing.sim.faults import FaultSchedule
+from aiokprod.testing.sim.loop import VirtualLoop
+from aiokprod.testing.sim.network import SimNetwork, SimTransport
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Brokers and topics of a simulated cluster."""
+
+    nodes: int
+    topics: dict[str, int]
+
+
+class SimWorld:
+    """Everything outside the producer in one simulated run.
+
+    Args:
+        rng: the run's one random source (sub-streams are split off it in a fixed order).
+        topology: brokers and topics.
+        faults: the fault schedule (its own ``rng`` is replaced by a sub-stream of ``rng``).
+    """
+
+    def __init__(
+        self, rng: random.Random, topology: Topology, faults: FaultSchedule | None = None
+    ) -> None:
+        self.loop = VirtualLoop()
+        self.trace_lines: list[str] = []
+        self.faults = faults or FaultSchedule()
+        self.faults.rng = random.Random(rng.getrandbits(64))
+        self.faults.origin_ms = self.loop.time_ms()
+        self.cluster = SimCluster(
+            topology.nodes,
+            topology.topics,
+            now_ms=self.loop.time_ms,
+            rng=random.Random(rng.getrandbits(64)),
+            faults=self.faults,
+            trace=self.trace,
+        )
+        self.network = SimNetwork(
+            self.loop,
+            self.cluster,
+            rng=random.Random(rng.getrandbits(64)),
+            faults=self.faults,
+            trace=self.trace,
+        )
+        self._rng = random.Random(rng.getrandbits(64))
+        for broker in self.cluster.brokers.values():
+            if topology.nodes > 1 and self._rng.random() < 0.3:
+                broker.metadata_lag_ms = self._rng.randint(1, 300)
+        self.cluster.on_unreplicated = self._replicate_later
+        self.loop.starvation = self._starvation if "starve" in self.faults.kinds() else None
+        self.max_jump_ms = 0
+        self._schedule_events()
+
+    def now_ms(self) -> int:
+        """Virtual milliseconds since the run started."""
+        return self.loop.time_ms() - self.faults.origin_ms
+
+    def trace(self, line: str) -> None:
+        """Append one event to the run's trace (stamped with virtual time)."""
+        self.trace_lines.append(f"{self.now_ms():>7} {line}")
+
+    def transport(self) -> SimTransport:
+        """The transport the producer connects through."""
+        return self.network.transport()
+
+    def digest(self) -> str:
+        """A hash of the whole event trace (same seed -> same digest)."""
+        return hashlib.sha256("\n".join(self.trace_lines).encode()).hexdigest()[:16]
+
+    # --- scheduled faults -------------------------------------------------------------------
+
+    def _starvation(self) -> float:
+        window = self.faults.roll(("starve",), self.loop.time_ms())
+        if window is None:
+            return 0.0
+        jump = self._rng.randint(1, max(1, window.magnitude_ms))
+        self.max_jump_ms = max(self.max_jump_ms, jump)
+        self.trace(f"starved {jump} ms")
+        return float(jump)
+
+    def _replicate_later(self, tp: tuple[str, int]) -> None:
+        self.loop.call_later(self._rng.uniform(0.005, 0.1), self.cluster.replicate, tp)
+
+    def _schedule_events(self) -> None:
+        for event in self.faults.events:
+            self.loop.call_later(event.at_ms / 1000, self._run_event, event.kind, event.down_ms)
+
+    def _run_event(self, kind: str, down_ms: int) -> None:
+        cluster = self.cluster
+        if kind == "election":
+            cluster.elect_random()
+            return
+        alive = [i for i, b in sorted(cluster.brokers.items()) if b.alive]
+        if not alive:
+            return
+        new_port = kind == "restart_new_port"
+        if new_port:
+            # Broker 0 keeps its port: the bootstrap list must lead somewhere once it is up
+            # (a producer cannot find a cluster whose every address it knows has moved).
+            alive = [i for i in alive if i != 0] or alive
+            new_port = alive != [0]
+        node = self._rng.choice(alive)
+        cluster.stop_broker(node)
+        self.network.cut_broker(node)
+        self.loop.call_later(down_ms / 1000, self._restart, node, new_port)
+
+    def _restart(self, node: int, new_port: bool) -> None:
+        self.cluster.start_broker(node, new_port=new_port)
+        if self._rng.random() < 0.7:
+            self.loop.call_later(self._rng.uniform(0.05, 1.0), self.cluster.preferred_election)

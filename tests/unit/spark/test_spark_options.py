@@ -1,0 +1,176 @@
+"""format("aiokprod") options and columns: Spark's Kafka sink spelling onto producer options."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from aiokprod import ConfigError
+from aiokprod.spark.arrow import PartitionWriter
+from aiokprod.spark.options import Sealed, is_secret, parse_sink_options, unseal
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_java_names_map_to_typed_producer_options() -> None:
+    sink = parse_sink_options(
+        {
+            **BOOT,
+            "topic": "events",
+            "kafka.linger.ms": "20",
+            "kafka.acks": "all",
+            "kafka.enable.idempotence": "false",
+            "kafka.compression.type": "lz4",
+            "kafka.max.in.flight.requests.per.connection": "3",
+            "kafka.client.id": "etl",
+            "kafka.partitioner.class": "org.apache.kafka.clients.producer.RoundRobinPartitioner",
+        }
+    )
+    assert sink.bootstrap_servers == "127.0.0.1:9092"
+    assert sink.topic == "events"
+    assert sink.producer_options == {
+        "linger_ms": 20,
+        "acks": "all",
+        "enable_idempotence": False,
+        "compression_type": "lz4",
+        "max_in_flight_requests_per_connection": 3,
+        "client_id": "etl",
+        "partitioner": "round_robin",
+    }
+
+
+def test_spark_options_are_accepted_and_ignored() -> None:
+    sink = parse_sink_options({**BOOT, "includeheaders": "true", "checkpointlocation": "/x"})
+    assert sink.producer_options == {}
+    assert sink.topic is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "kafka.bootstrap.servers is required"),
+        (
+            {**BOOT, "kafka.linger.msec": "5"},
+            r"no option linger_msec \(did you mean kafka.linger.ms",
+        ),
+        ({**BOOT, "kafka.send.buffer.bytes": "5"}, "kafka.send.buffer.bytes"),
+        ({**BOOT, "kafka.linger.ms": "soon"}, "kafka.linger.ms: expected an integer, got 'soon'"),
+        ({**BOOT, "kafka.linger.ms": "-1"}, "linger_ms must be between"),
+        ({**BOOT, "kafka.enable.idempotence": "maybe"}, "expected true or false"),
+        ({**BOOT, "kafka.value.serializer": "x.Y"}, "value column's bytes"),
+        ({**BOOT, "kafka.ssl.truststore.location": "/t.jks"}, "use kafka.ssl.cafile"),
+        ({**BOOT, "kafka.partitioner.class": "com.acme.P"}, "not a partitioner"),
+        ({**BOOT, "linger.ms": "5"}, "unknown option 'linger.ms'"),
+        ({**BOOT, "topic": ""}, "topic: must not be empty"),
+        ({**BOOT, "kafka.acks": "2"}, "acks must be"),
+    ],
+)
+def test_bad_options_are_config_errors_naming_the_option(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_sink_options(options)
+
+
+def test_jaas_config_becomes_username_and_sealed_password() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="p4ss\\"word";'
+    )
+    sink = parse_sink_options(
+        {
+            **BOOT,
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": jaas,
+        }
+    )
+    options = sink.producer_options
+    assert options["sasl_plain_username"] == "alice"
+    assert options["sasl_mechanism"] == "SCRAM-SHA-512"
+    password = options["sasl_plain_password"]
+    assert isinstance(password, Sealed)
+    assert unseal(password) == 'p4ss"word'
+    assert "p4ss" not in repr(sink) + repr(options) + str(password) + f"{password}"
+
+
+def test_secrets_never_appear_in_errors_or_reprs() -> None:
+    with pytest.raises(ConfigError) as bad_jaas:
+        parse_sink_options(
+            {**BOOT, "kafka.sasl.jaas.config": "com.Acme required password=hunter2;"}
+        )
+    assert "hunter2" not in str(bad_jaas.value)
+    with pytest.raises(ConfigError) as wrong_protocol:  # a password without SASL
+        parse_sink_options({**BOOT, "kafka.sasl.plain.password": "hunter2"})
+    assert "hunter2" not in str(wrong_protocol.value)
+    sink = parse_sink_options(
+        {
+            **BOOT,
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.plain.username": "u",
+            "kafka.sasl.plain.password": "hunter2",
+        }
+    )
+    writer = PartitionWriter(sink.bootstrap_servers, sink.producer_options, "t")
+    assert "hunter2" not in repr(sink) + repr(writer) + str(sink.producer_options)
+    shipped = pickle.loads(pickle.dumps(writer))  # what the executors get keeps the value
+    assert unseal(shipped.options["sasl_plain_password"]) == "hunter2"
+    assert type(unseal(shipped.options["sasl_plain_password"])) is str
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("kafka.sasl.plain.password", True),
+        ("ssl_password", True),
+        ("kafka.sasl.jaas.config", True),
+        ("sasl_oauth_token_provider", True),
+        ("kafka.aws.secret.key", True),
+        ("kafka.linger.ms", False),
+        ("sasl_plain_username", False),
+    ],
+)
+def test_which_options_are_secrets(name: str, secret: bool) -> None:
+    assert is_secret(name) is secret
+
+
+def test_schema_rules_of_sparks_kafka_sink() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from aiokprod.spark.columns import check_schema
+
+    def schema(**fields: object) -> StructType:
+        return StructType([StructField(n, t) for n, t in fields.items()])  # type: ignore[arg-type]
+
+    headers = ArrayType(
+        StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    )
+    full = schema(
+        value=BinaryType(),
+        key=StringType(),
+        topic=StringType(),
+        partition=IntegerType(),
+        headers=headers,
+        other=LongType(),
+    )
+    assert check_schema(full, None) == ("value", "key", "topic", "partition", "headers")
+    assert check_schema(full, "t") == ("value", "key", "partition", "headers")  # option wins
+    with pytest.raises(ConfigError, match="needs a 'value' column"):
+        check_schema(schema(key=StringType()), "t")
+    with pytest.raises(ConfigError, match="column 'value' must be string or binary, got bigint"):
+        check_schema(schema(value=LongType()), "t")
+    with pytest.raises(ConfigError, match="no 'topic' column"):
+        check_schema(schema(value=StringType()), None)
+    with pytest.raises(ConfigError, match="column 'partition' must be int, got bigint"):
+        check_schema(schema(value=StringType(), partition=LongType()), "t")
+    with pytest.raises(ConfigError, match="column 'headers' must be array"):
+        check_schema(schema(value=StringType(), headers=StringType()), "t")
