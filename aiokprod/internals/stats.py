@@ -53,7 +53,11 @@ class Windowed:
         return [s for s in self._samples if s[0] > horizon]
 
     def rate(self, now_ms: int) -> float:
-        """Sum per second over the window (Java's ``Rate``; 0 with no observation)."""
+        """Sum per second over the window (Java's ``Rate``; 0 with no observation).
+
+        Like Java's ``Rate.windowSize``, it divides by at least ``SAMPLES - 1`` full windows,
+        so a young producer's rate is not inflated by a short elapsed time.
+        """
         live = self._live(now_ms)
         if not live:
             return 0.0
@@ -62,17 +66,6 @@ class Windowed:
         if full < SAMPLES - 1:
             elapsed += (SAMPLES - 1 - full) * WINDOW_MS
         return sum(s[2] for s in live) / (max(elapsed, 1) / 1000)
-
-    def count_rate(self, now_ms: int) -> float:
-        """Observations per second over the window."""
-        live = self._live(now_ms)
-        if not live:
-            return 0.0
-        elapsed = now_ms - live[0][0]
-        full = int(elapsed // WINDOW_MS)
-        if full < SAMPLES - 1:
-            elapsed += (SAMPLES - 1 - full) * WINDOW_MS
-        return sum(s[1] for s in live) / (max(elapsed, 1) / 1000)
 
     def avg(self, now_ms: int) -> float:
         """Mean observation over the window (NaN with none, as Java reports)."""
