@@ -12,6 +12,7 @@ batch or a request, and the time comes from the producer's clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiokprod.internals.batch import ProducerBatch
@@ -52,7 +53,11 @@ class Windowed:
         return [s for s in self._samples if s[0] > horizon]
 
     def rate(self, now_ms: int) -> float:
-        """Sum per second over the window (Java's ``Rate``; 0 with no observation)."""
+        """Sum per second over the window (Java's ``Rate``; 0 with no observation).
+
+        Like Java's ``Rate.windowSize``, it divides by at least ``SAMPLES - 1`` full windows,
+        so a young producer's rate is not inflated by a short elapsed time.
+        """
         live = self._live(now_ms)
         if not live:
             return 0.0
@@ -61,17 +66,6 @@ class Windowed:
         if full < SAMPLES - 1:
             elapsed += (SAMPLES - 1 - full) * WINDOW_MS
         return sum(s[2] for s in live) / (max(elapsed, 1) / 1000)
-
-    def count_rate(self, now_ms: int) -> float:
-        """Observations per second over the window."""
-        live = self._live(now_ms)
-        if not live:
-            return 0.0
-        elapsed = now_ms - live[0][0]
-        full = int(elapsed // WINDOW_MS)
-        if full < SAMPLES - 1:
-            elapsed += (SAMPLES - 1 - full) * WINDOW_MS
-        return sum(s[1] for s in live) / (max(elapsed, 1) / 1000)
 
     def avg(self, now_ms: int) -> float:
         """Mean observation over the window (NaN with none, as Java reports)."""
@@ -142,6 +136,13 @@ class ProducerStats:
         self.record_queue_time = Histogram()
         self.send_to_ack = Histogram()
         self.batches_compressed_in_thread = 0
+        #: Called with (histogram name, ms) for each latency recorded (exporters hook here).
+        self.latency_listeners: list[Callable[[str, float], None]] = []
+
+    def _latency(self, histogram: Histogram, name: str, value_ms: float) -> None:
+        histogram.record(value_ms)
+        for listener in self.latency_listeners:
+            listener(name, value_ms)
 
     def _topic(self, topic: str) -> _Group:
         group = self._topics.get(topic)
@@ -180,7 +181,7 @@ class ProducerStats:
             if batch.attempts == 0:
                 queued = now_ms - batch.created_ms
                 p.record("record-queue-time", queued, now_ms)
-                self.record_queue_time.record(queued)
+                self._latency(self.record_queue_time, "record-queue-time-ms", queued)
         p.record("records-per-request", records, now_ms)
         n = self._node(node)
         n.record("request", 1, now_ms)
@@ -192,7 +193,7 @@ class ProducerStats:
         p.record("response", 1, now_ms)
         p.record("request-latency", latency_ms, now_ms)
         p.record("produce-throttle-time", throttle_ms, now_ms)
-        self.request_latency.record(latency_ms)
+        self._latency(self.request_latency, "request-latency-ms", latency_ms)
         n = self._node(node)
         n.record("response", 1, now_ms)
         n.record("request-latency", latency_ms, now_ms)
@@ -202,7 +203,7 @@ class ProducerStats:
         count = batch.record_count
         self._producer.record("record-send", count, now_ms)
         self._topic(batch.tp.topic).record("record-send", count, now_ms)
-        self.send_to_ack.record(now_ms - batch.created_ms)
+        self._latency(self.send_to_ack, "send-to-ack-ms", now_ms - batch.created_ms)
 
     def on_failure(self, batch: ProducerBatch, now_ms: int) -> None:
         """A batch failed for good."""

@@ -117,6 +117,7 @@ EXAMPLE_FILES = {
     "spark_batch.py",
     "spark_streaming.py",
     "schema_registry.py",
+    "prometheus_metrics.py",
 }
 #: A command under `exec` starts its own Kafka (and Spark's JVM for spark_batch): be patient.
 EXEC_TIMEOUT_S = 300
@@ -175,6 +176,7 @@ def test_every_example_documents_a_command() -> None:
         ("sync_script.py", "1000 of 1000 rows delivered"),
         ("spark_batch.py", "wrote 100000 records to 'clicks'"),
         ("schema_registry.py", "1000 of 1000 records decoded with schema id 1"),
+        ("prometheus_metrics.py", "kafka_producer_record_send_total 5000.0"),
     ],
 )
 def test_documented_exec_command_runs(name: str, expected_output: str) -> None:

@@ -388,7 +388,9 @@ class ServerConnection:
             self._trace(f"response {correlation_id} corrupted (kept {keep} bytes)")
             self._send(frame[:keep] + noise)
         elif kind == "wrong_correlation":
-            wrong = (correlation_id + rng.choice((1, -1, 7, 1 << 20))) & 0x7FFFFFFF
+            # Never an id the client may be waiting for: after a dropped response, "id + 1 -> id"
+            # would be a perfect forgery (same partitions, valid body) no client can detect.
+            wrong = (correlation_id + (1 << 30) + rng.randrange(1 << 20)) & 0x7FFFFFFF
             self._trace(f"response {correlation_id} sent as {wrong}")
             self._send(frame[:4] + _INT32.pack(wrong) + frame[8:])
         elif kind == "bad_frame_size":
