@@ -10,6 +10,11 @@ from the last committed offsets, and every input record ends up in the output ex
 
     python examples/exactly_once.py INPUT OUTPUT [--crash-after N]
 
+or with the project's local Kafka (an empty input: it stops once the input is idle)::
+
+    python -m aiokprod.testing exec --topic orders-in:3 --topic orders-out:3 -- \
+        python examples/exactly_once.py orders-in orders-out
+
 ``--crash-after N`` kills the process (``os._exit``) in the middle of transaction N+1, after
 its records were sent and before the commit: the demo of a crash. The broker is taken from
 ``KAFKA_BOOTSTRAP_SERVERS`` (default ``127.0.0.1:9092``).
