@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import time
+from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from aiokprod import ConsumerGroupMetadata, Producer
 from aiokprod import TopicPartition as Tp
@@ -34,6 +36,19 @@ from aiokprod import TopicPartition as Tp
 GROUP = "exactly-once-demo"
 BATCH = 50
 IDLE_POLLS_BEFORE_EXIT = 5
+
+
+def _committed_offsets(consumer: Consumer, partitions: list[TopicPartition]) -> list[Any]:
+    """The group's committed offsets; a cluster that just started may not have its group
+    coordinator ready yet (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS): ask again."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return list(consumer.committed(partitions, timeout=30))
+        except KafkaException as exc:
+            if time.monotonic() > deadline or not exc.args[0].retriable():
+                raise
+            time.sleep(0.5)
 
 
 def transform(value: bytes) -> bytes:
@@ -56,7 +71,7 @@ def open_consumer(bootstrap: str, topic: str) -> Consumer:
     partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
     # assign() (no group membership): one instance owns every partition. The offsets this
     # program commits through its transactions are where it resumes after a crash.
-    committed = consumer.committed(partitions, timeout=30)
+    committed = _committed_offsets(consumer, partitions)
     consumer.assign(committed)
     return consumer
 

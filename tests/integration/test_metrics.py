@@ -19,7 +19,8 @@ async def test_metrics_count_what_the_broker_has(kafka: LocalKafka, new_topic) -
             await producer.send(topic, b"v" * 100, key=str(i % 50).encode()) for i in range(RECORDS)
         ]
         await producer.flush()
-        assert all(f.exception() is None for f in futures)
+        errors = [repr(e) for f in futures if (e := f.exception()) is not None]
+        assert errors == [], f"{len(errors)} failed, e.g. {errors[:3]}"
         metrics = producer.metrics()
         groups = producer.metric_groups()
     assert len(consume_all(kafka.bootstrap_servers, topic, RECORDS)) == RECORDS

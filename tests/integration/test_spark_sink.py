@@ -140,12 +140,16 @@ def test_a_retried_task_sends_its_partition_again(
     )
     to_kafka(df, kafka.bootstrap_servers, topic=topic)
 
-    records = consume_all(kafka.bootstrap_servers, topic, expected=13_000, timeout_s=30)
+    records = consume_all(kafka.bootstrap_servers, topic, expected=13_000, timeout_s=90)
     counts = collections.Counter(int(r.value) for r in records)
     assert set(counts) == set(range(10_000))  # nothing lost
-    # Arrow batches of 1,000 rows: attempt 0 sent rows 5000-7999, then failed on 8000
-    assert [i for i, n in counts.items() if n != 1] == list(range(5000, 8000))
-    assert all(counts[i] == 2 for i in range(5000, 8000))
+    twice = [i for i, n in counts.items() if n != 1]
+    # Attempt 0 sent (some of) rows 5000-7999 before failing on row 8000 — how many were
+    # acknowledged before the failed task closed its producer depends on timing — and
+    # attempt 1 sent the whole partition again. Partition 0 (rows 0-4999) is written once.
+    assert twice, "the retried partition sent nothing twice: was attempt 0 retried at all?"
+    assert set(twice) <= set(range(5000, 8000))
+    assert all(counts[i] == 2 for i in twice)
 
 
 def test_mistakes_fail_on_the_driver_before_any_task(spark: SparkSession) -> None:
