@@ -120,7 +120,8 @@ class Client:
     label: str
     speed: Speed
     overrides: dict[str, object] = field(default_factory=dict)
-    mode: Literal["send", "send_many"] = "send"
+    mode: Literal["send", "send_many", "callback"] = "send"
+    """``send``: stored futures; ``callback``: one done-callback per record, none stored."""
     library_defaults: bool = False
     """Use the library's defaults for everything except bootstrap (``aiokprod defaults``)."""
     only: tuple[str, ...] = ()
@@ -160,7 +161,25 @@ CLIENTS: tuple[Client, ...] = (
         only=("latency-linger5",),
         note="Producer(bootstrap) with nothing else: acks=all, idempotence on, linger 5 ms",
     ),
+    Client(
+        "aiokprod-callback",
+        "aiokprod",
+        "aiokprod, a callback per record",
+        "medium",
+        mode="callback",
+        only=("unkeyed", "keyed"),
+        note="add_done_callback on each send()'s future, no future stored",
+    ),
     Client("aiokafka", "aiokafka", "aiokafka", "medium"),
+    Client(
+        "aiokafka-callback",
+        "aiokafka",
+        "aiokafka, a callback per record",
+        "medium",
+        mode="callback",
+        only=("unkeyed", "keyed"),
+        note="add_done_callback on each send()'s future, no future stored",
+    ),
     Client("confluent", "confluent", "confluent-kafka Producer", "fast"),
     Client("confluent-aio", "confluent-aio", "confluent-kafka AIOProducer", "medium"),
     Client("kafka-python", "kafka-python", "kafka-python", "slow"),

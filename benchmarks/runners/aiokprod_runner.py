@@ -4,6 +4,7 @@
   ``await producer.flush()``; errors are counted from the futures afterwards.
 * throughput, mode ``send_many``: the bulk API, when ``Producer`` has one (see
   :func:`_send_many`).
+* throughput, mode ``callback``: ``add_done_callback`` on each returned future, none kept.
 * latency: ``await producer.send_and_wait(topic, value)`` one at a time.
 """
 
@@ -43,6 +44,8 @@ async def run(spec: Spec, outcome: Outcome) -> None:
         await producer.partitions_for(spec.topic)  # metadata before the clock starts
         if spec.kind == "latency":
             await _latency(producer, spec, records, outcome)
+        elif spec.mode == "callback":
+            await _throughput_callbacks(producer, spec, records, outcome)
         elif spec.mode == "send_many":
             await _send_many(producer, spec, records, outcome)
         else:
@@ -99,6 +102,45 @@ async def _send_many(producer: Producer, spec: Spec, records: Records, outcome: 
             outcome.error("a send_many() delivery was not done after flush()")
         for _index, exc in result.errors():
             outcome.error(exc)
+
+
+async def _throughput_callbacks(
+    producer: Producer, spec: Spec, records: Records, outcome: Outcome
+) -> None:
+    """The callback pattern: ``(await send(...)).add_done_callback(on_delivery)`` per record,
+    no future kept; the window closes once every callback has run."""
+    keys, values = records.lists(spec.records)
+    topic = spec.topic
+    send = producer.send
+    done = 0
+    errors: list[BaseException] = []
+
+    def on_delivery(future: Any) -> None:
+        nonlocal done
+        done += 1
+        exc = future.exception()
+        if exc is not None:
+            errors.append(exc)
+
+    window = Window()
+    window.start()
+    if keys is None:
+        for value in values:
+            (await send(topic, value)).add_done_callback(on_delivery)
+    else:
+        for key, value in zip(keys, values, strict=True):
+            (await send(topic, value, key=key)).add_done_callback(on_delivery)
+    await producer.flush()
+    for _ in range(1000):  # callbacks scheduled with call_soon run within a few loop turns
+        if done == spec.records:
+            break
+        await asyncio.sleep(0)
+    window.stop(outcome)
+    outcome.sent = spec.records
+    if done != spec.records:
+        outcome.error(f"{spec.records - done} delivery callback(s) had not run after flush()")
+    for exc in errors:
+        outcome.error(exc)
 
 
 async def _latency(producer: Producer, spec: Spec, records: Records, outcome: Outcome) -> None:
