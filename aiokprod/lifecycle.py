@@ -57,6 +57,17 @@ class ProducerLifecycle(TransactionalMixin):
         self._crash: ProducerCrashedError | None = None
         self._closed_error: KafkaError = ProducerClosedError("the producer is closed")
 
+    @property
+    def _state(self) -> ProducerState:
+        return self._state_value
+
+    @_state.setter
+    def _state(self, state: ProducerState) -> None:
+        self._state_value = state
+        #: ``state is RUNNING`` as a plain bool: the per-record check (an Enum member lookup
+        #: costs ~70 ns on Python 3.11, a bool attribute ~10).
+        self._open = state is ProducerState.RUNNING
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
@@ -174,7 +185,7 @@ class ProducerLifecycle(TransactionalMixin):
 
     def _running(self) -> bool:
         # A method, not an inline comparison: the state changes across awaits.
-        return self._state is ProducerState.RUNNING
+        return self._open
 
     def _not_running(self) -> KafkaError:
         if self._state is ProducerState.CRASHED and self._crash is not None:

@@ -43,7 +43,7 @@ from aiokprod.internals.serialization import (
     serialize_special,
     serialize_value,
 )
-from aiokprod.lifecycle import ProducerLifecycle, ProducerState
+from aiokprod.lifecycle import ProducerLifecycle
 from aiokprod.logs import get_logger
 from aiokprod.net.transport import Transport
 from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
@@ -170,7 +170,7 @@ class Producer(ProducerLifecycle):
             the record will be delivered or fail on its own; cancelling whoever awaits the
             returned future does not stop it.
         """
-        if self._state is not ProducerState.RUNNING:
+        if not self._open:
             raise self._not_running()
         if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
@@ -208,9 +208,11 @@ class Producer(ProducerLifecycle):
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
         appender = self._appender
-        size = batch_of_one_size(key_size, value_size, len(header_bytes) if header_bytes else 0)
-        if size > appender.record_limit:
-            raise appender.too_large(size)
+        headers_size = len(header_bytes) if header_bytes else 0
+        if key_size + value_size + headers_size > appender.fast_size_limit:
+            size = batch_of_one_size(key_size, value_size, headers_size)
+            if size > appender.record_limit:
+                raise appender.too_large(size)
         if timestamp_ms is None:
             timestamp_ms = int(_time() * 1000)
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
@@ -286,7 +288,7 @@ class Producer(ProducerLifecycle):
             batch needs metadata or memory), the records before that point are queued and
             will be delivered, the rest are not. Do not cancel it if you need to know which.
         """
-        if self._state is not ProducerState.RUNNING:
+        if not self._open:
             raise self._not_running()
         if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
@@ -442,7 +444,7 @@ class Producer(ProducerLifecycle):
             MetadataTimeoutError: the topic is not known within ``max_block_ms``.
             ProducerClosedError: the producer is not running.
         """
-        if self._state is not ProducerState.RUNNING:
+        if not self._open:
             raise self._not_running()
         info: TopicInfo | None = self._metadata.snapshot.topics.get(topic)
         if info is None:

@@ -65,6 +65,10 @@ class RecordAppender:
         self._budget = budget
         self.partitions = partitions
         self.record_limit = record_limit
+        #: ``key_size + value_size + headers_size`` up to this cannot exceed ``record_limit``
+        #: (``batch_of_one_size`` adds at most its framing plus 3): the per-record check
+        #: compares against it and computes the exact bound only above it.
+        self.fast_size_limit = record_limit - batch_of_one_size(0, 0, 0) - 2
         self._max_block_ms = max_block_ms
         self._max_request_size = max_request_size
         self._clock = clock
