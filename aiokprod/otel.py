@@ -112,7 +112,7 @@ def instrument_metrics(
     def on_latency(histogram: str, value_ms: float) -> None:
         histograms[histogram].record(value_ms, base)
 
-    producer._stats.latency_listeners.append(on_latency)
+    producer._rt.stats.latency_listeners.append(on_latency)
 
 
 class TracingInterceptor:

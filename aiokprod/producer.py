@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import enum
 import random
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from time import time as _time
-from types import TracebackType
 from typing import Any, Unpack
-
-import anyio
 
 from aiokprod import __version__
 from aiokprod.clock import SYSTEM_CLOCK, Clock
@@ -32,21 +28,14 @@ from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import (
     IllegalStateError,
     InvalidArgumentError,
-    KafkaError,
     KafkaTimeoutError,
-    ProducerClosedError,
-    ProducerCrashedError,
 )
-from aiokprod.internals.accumulator import RecordAccumulator, batch_of_one_size
-from aiokprod.internals.appender import RecordAppender
+from aiokprod.internals.accumulator import batch_of_one_size
 from aiokprod.internals.batch import DeliveryFuture
-from aiokprod.internals.budget import ByteBudget
-from aiokprod.internals.bulk import BulkDelivery
-from aiokprod.internals.idempotence import IdempotenceState
-from aiokprod.internals.metadata import MetadataState, TopicInfo
-from aiokprod.internals.metadata_fetcher import MetadataFetcher
-from aiokprod.internals.partitioner import PartitionChooser, murmur2_hasher, murmur3_hasher
-from aiokprod.internals.sender import Sender
+from aiokprod.internals.bulk import BulkDelivery, bulk_columns, pairs
+from aiokprod.internals.metadata import TopicInfo
+from aiokprod.internals.partitioner import murmur2_hasher, murmur3_hasher
+from aiokprod.internals.runtime import ProducerRuntime
 from aiokprod.internals.serialization import (
     is_plain_serializer,
     serialize_headers,
@@ -54,16 +43,9 @@ from aiokprod.internals.serialization import (
     serialize_special,
     serialize_value,
 )
-from aiokprod.internals.stats import ProducerStats
-from aiokprod.internals.transactions import TransactionManager
-from aiokprod.internals.txn_requests import TransactionCoordinator
+from aiokprod.lifecycle import ProducerLifecycle, ProducerState
 from aiokprod.logs import get_logger
-from aiokprod.net.pool import ConnectionPool
-from aiokprod.net.sasl import sasl_authenticator
-from aiokprod.net.security import build_ssl_context
 from aiokprod.net.transport import Transport
-from aiokprod.protocol.compression import codec_for_name
-from aiokprod.transactional import TransactionalMixin
 from aiokprod.types import Header, ProducerRecord, RecordMetadata, TopicPartition
 
 log = get_logger("aiokprod.producer")
@@ -78,46 +60,7 @@ def _bad_timestamp(timestamp_ms: object) -> InvalidArgumentError:
     )
 
 
-def _no_wakeup() -> None:
-    return None
-
-
-def _pairs(keys: Iterable[Any] | None, values: Iterable[Any]) -> Iterable[tuple[Any, Any]]:
-    if keys is None:
-        return ((None, value) for value in values)
-    return zip(keys, values, strict=True)
-
-
-def _bulk_columns(
-    keys: Iterable[Any] | None, values: Iterable[Any]
-) -> tuple[list[Any] | None, Iterable[Any]]:
-    """Check ``send_many``'s columns; keyed ones become lists of the same length."""
-    for name, column in (("values", values), ("keys", keys)):
-        if column is None and name == "keys":
-            continue
-        if isinstance(column, str | bytes | bytearray) or not isinstance(column, Iterable):
-            raise InvalidArgumentError(
-                f"{name} must be an iterable of record {name}, got {type(column).__name__}"
-            )
-    if keys is None:
-        return None, values
-    key_list, value_list = list(keys), list(values)
-    if len(key_list) != len(value_list):
-        raise InvalidArgumentError(
-            f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
-        )
-    return key_list, value_list
-
-
-class _State(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    CRASHED = "crashed"
-
-
-class Producer(TransactionalMixin):
+class Producer(ProducerLifecycle):
     """An asyncio Kafka producer with the Java client's guarantees and defaults.
 
     Args:
@@ -150,47 +93,22 @@ class Producer(TransactionalMixin):
         cfg = self._config
         # The seams (docs/simulation.md): how connections are opened, what time it is, and
         # where randomness comes from. Production: TCP, time.monotonic, a fresh Random.
-        self._transport = transport
         self._clock: Clock = clock or SYSTEM_CLOCK
-        self._rng = rng or random.Random()
-        #: The thread whose event loop started the producer: sends from any other thread
-        #: are refused. (A thread id, not the loop: asyncio.get_running_loop() costs a
-        #: getpid() system call per call before Python 3.12, too much per record.)
-        self._thread_id = -1
-        self._state = _State.NEW
-        self._stats = ProducerStats()
-        self._budget = ByteBudget(cfg.buffer_memory)
-        # Batches fill by uncompressed bytes (like the Java client's conservative default);
-        # the codec compresses each batch once, when it is closed (docs/compression.md).
-        codec = codec_for_name(cfg.compression_type)
-        self._acc = RecordAccumulator(
-            batch_size=cfg.batch_size,
-            linger_ms=cfg.linger_ms,
-            delivery_timeout_ms=cfg.delivery_timeout_ms,
-            budget=self._budget,
-            compression=codec.id,
-            compressor=codec.compressor(cfg.compression_level) if codec.id else None,
-            keep_handles=bool(cfg.interceptors),
-            transactional=cfg.transactional_id is not None,
-        )
-        self._metadata = MetadataState(
-            cfg.metadata_max_age_ms,
-            cfg.metadata_max_idle_ms,
-            cfg.retry_backoff_ms,
-            cfg.retry_backoff_max_ms,
-        )
-        self._appender = RecordAppender(
-            self._acc,
-            self._budget,
-            PartitionChooser(
-                cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng=self._rng
-            ),
-            record_limit=min(cfg.max_request_size, cfg.buffer_memory),
-            max_block_ms=cfg.max_block_ms,
-            max_request_size=cfg.max_request_size,
-            clock=self._clock,
+        rt = ProducerRuntime(
+            cfg,
+            software_version=__version__,
             check_running=self._check_running,
+            transport=transport,
+            clock=self._clock,
+            rng=rng or random.Random(),
         )
+        super().__init__(rt)
+        # The pieces send() touches per record, as attributes of their own.
+        self._acc = rt.accumulator
+        self._metadata = rt.metadata
+        self._appender = rt.appender
+        self._idempotence = rt.idempotence
+        self._txn = rt.txn
         # Keyed records with a built-in partitioner skip the chooser (the per-record path).
         self._hash_keys = (
             isinstance(cfg.partitioner, str)
@@ -200,15 +118,6 @@ class Producer(TransactionalMixin):
         self._hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
         #: topic -> its TopicPartition objects (the appender's, cached here for send()).
         self._tps: dict[str, tuple[TopicPartition, ...]] = {}
-        self._idempotence = IdempotenceState() if cfg.enable_idempotence else None
-        self._txn = (
-            None
-            if cfg.transactional_id is None
-            else TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
-        )
-        self._coordinator: TransactionCoordinator | None = None
-        #: Private test switch: transaction protocol 1 even where the cluster offers 2.
-        self._force_transaction_v1 = False
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         # Coroutine serializers and ones taking a context are awaited / given one; plain
@@ -216,215 +125,11 @@ class Producer(TransactionalMixin):
         self._key_plain = is_plain_serializer(cfg.key_serializer)
         self._value_plain = is_plain_serializer(cfg.value_serializer)
         self._interceptors = cfg.interceptors
-        self._max_block_s = cfg.max_block_ms / 1000
-        self._sender: Sender | None = None
-        self._fetcher: MetadataFetcher | None = None
-        self._pool: ConnectionPool | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._crash: ProducerCrashedError | None = None
-        self._closed_error: KafkaError = ProducerClosedError("the producer is closed")
 
     @property
     def config(self) -> ProducerConfig:
         """The validated options this producer runs with."""
         return self._config
-
-    # --- lifecycle --------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        """Start the background sender. It does not wait for the cluster to be reachable.
-
-        Brokers that are down at start are retried; ``send()`` waits up to
-        ``max_block_ms`` for the metadata of its topic.
-
-        Raises:
-            IllegalStateError: already started, or closed.
-        """
-        if self._state is not _State.NEW:
-            raise IllegalStateError(f"start() on a producer that is {self._state.value}")
-        loop = asyncio.get_running_loop()
-        self._thread_id = _thread.get_ident()
-        ready: asyncio.Future[None] = loop.create_future()
-        self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
-        await ready
-        self._state = _State.RUNNING
-        if self._txn is not None:
-            await self._init_transactions()
-
-    async def _run(self, ready: asyncio.Future[None]) -> None:
-        """The producer's root task: one task group holding every background task."""
-        cfg = self._config
-        try:
-            # Built here, not in __init__: loading certificates is I/O. A bad file or key
-            # password fails start() with a ConfigError.
-            ssl_context = build_ssl_context(cfg)
-            authenticate = sasl_authenticator(cfg)
-            async with anyio.create_task_group() as tg:
-
-                def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-                    tg.start_soon(fn)
-
-                def wake() -> None:
-                    if self._sender is not None:
-                        self._sender.wakeup()
-
-                def on_disconnect(node_id: int) -> None:
-                    self._metadata.request_update()
-
-                self._pool = ConnectionPool(
-                    cfg.bootstrap_servers,
-                    spawn=spawn,
-                    client_id=cfg.client_id,
-                    software_version=__version__,
-                    max_in_flight=cfg.max_in_flight_requests_per_connection,
-                    setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                    reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-                    reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-                    on_change=wake,
-                    on_disconnect=on_disconnect,
-                    ssl_context=ssl_context,
-                    authenticate=authenticate,
-                    transport=self._transport,
-                    clock=self._clock,
-                    rng=self._rng,
-                )
-                self._fetcher = MetadataFetcher(
-                    self._metadata,
-                    self._pool,
-                    spawn,
-                    request_timeout_ms=cfg.request_timeout_ms,
-                    allow_auto_create_topics=cfg.allow_auto_create_topics,
-                    on_update=wake,
-                    clock=self._clock,
-                )
-                self._sender = Sender(
-                    cfg,
-                    self._acc,
-                    self._metadata,
-                    self._fetcher,
-                    self._pool,
-                    self._idempotence,
-                    spawn,
-                    self._stats,
-                    clock=self._clock,
-                    rng=self._rng,
-                    txn=self._txn,
-                )
-                if self._txn is not None and self._idempotence is not None:
-                    self._coordinator = TransactionCoordinator(
-                        self._txn,
-                        self._idempotence,
-                        self._pool,
-                        cfg,
-                        spawn,
-                        self._sender.wakeup,
-                        clock=self._clock,
-                        rng=self._rng,
-                        force_tv1=self._force_transaction_v1,
-                    )
-                self._appender.wakeup = self._sender.wakeup
-                tg.start_soon(self._sender.run)
-                ready.set_result(None)
-                await self._sender.wait_stopped()
-                self._pool.close_all()
-                tg.cancel_scope.cancel()
-        except BaseException as exc:  # noqa: BLE001 - the root task: every ending is handled
-            if not ready.done():
-                ready.set_exception(exc)
-                return
-            if isinstance(exc, asyncio.CancelledError) and self._state is _State.CLOSED:
-                return
-            self._on_crash(exc)
-
-    def _on_crash(self, exc: BaseException) -> None:
-        if self._crash is not None:
-            return  # already crashed (a sender pass in a caller's task, then the runner)
-        error = ProducerCrashedError(f"the producer's background task stopped: {exc!r}")
-        error.__cause__ = exc
-        self._crash = error
-        self._state = _State.CRASHED
-        log.error("producer crashed", error=repr(exc))
-        self._fail_waiting(error)
-        if self._sender is not None:
-            self._sender.fail_all(error)
-        if self._pool is not None:
-            self._pool.close_all(error)
-
-    def _fail_waiting(self, error: KafkaError) -> None:
-        self._budget.fail_waiters(error)
-        if self._fetcher is not None:
-            self._fetcher.fail_waiters(error)
-
-    async def close(self, timeout: float | None = None) -> None:
-        """Stop accepting records, deliver the ones accepted, and stop.
-
-        Args:
-            timeout: seconds to wait for delivery; None waits as long as it takes (each
-                record is bounded by ``delivery_timeout_ms`` anyway); 0 gives up at once.
-                Records still undelivered when it passes fail with ProducerClosedError.
-
-        Raises:
-            ProducerCrashedError: the background task had crashed (its records already
-                failed with this error).
-
-        Cancellation:
-            Closing is shielded: a cancelled caller still leaves the producer closed, with
-            every record delivered or failed.
-        """
-        if self._state in (_State.NEW, _State.CLOSED):
-            self._state = _State.CLOSED
-            return
-        if self._state is _State.CLOSING:
-            # Another close() is under way (or was cancelled half-way): finish it here.
-            runner = self._runner
-            if runner is not None:
-                with anyio.CancelScope(shield=True):
-                    await asyncio.wait([runner])
-            self._state = _State.CLOSED
-            return
-        crashed = self._state is _State.CRASHED
-        if not crashed:
-            await self._abort_open_transaction()
-            self._state = _State.CLOSING
-        sender = self._sender
-        self._fail_waiting(ProducerClosedError("the producer was closed while this send waited"))
-        with anyio.CancelScope(shield=True):
-            if sender is not None and not crashed:
-                sender.stop()
-                if timeout is None or timeout > 0:
-                    with anyio.move_on_after(timeout):
-                        await sender.wait_stopped()
-                pending = self._acc.incomplete_batches()
-                if pending:
-                    records = sum(b.record_count for b in pending)
-                    sender.stop(
-                        ProducerClosedError(
-                            f"the producer was closed before {records} record(s) were "
-                            f"acknowledged (close timeout {timeout} s)"
-                        )
-                    )
-                await sender.wait_stopped()
-            runner = self._runner
-            if runner is not None and not runner.done():
-                self._state = _State.CLOSED
-                if self._pool is not None:
-                    self._pool.close_all()
-                await asyncio.wait([runner])
-        self._state = _State.CLOSED
-        if crashed and self._crash is not None:
-            raise self._crash
 
     # --- sending ----------------------------------------------------------------------------
 
@@ -465,7 +170,7 @@ class Producer(TransactionalMixin):
             the record will be delivered or fail on its own; cancelling whoever awaits the
             returned future does not stop it.
         """
-        if self._state is not _State.RUNNING:
+        if self._state is not ProducerState.RUNNING:
             raise self._not_running()
         if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
@@ -581,11 +286,11 @@ class Producer(TransactionalMixin):
             batch needs metadata or memory), the records before that point are queued and
             will be delivered, the rest are not. Do not cancel it if you need to know which.
         """
-        if self._state is not _State.RUNNING:
+        if self._state is not ProducerState.RUNNING:
             raise self._not_running()
         if _thread.get_ident() != self._thread_id:
             raise self._wrong_loop()
-        keys, values = _bulk_columns(keys, values)
+        keys, values = bulk_columns(keys, values)
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
@@ -595,51 +300,28 @@ class Producer(TransactionalMixin):
             if info is None or (partition is not None and partition >= info.num_partitions):
                 started = self._clock.monotonic_ms()
                 info = await self._wait_for_topic(topic, partition)
-            header_bytes = serialize_headers(headers) if headers else None
             if timestamp_ms is None:
                 timestamp_ms = int(_time() * 1000)
             elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
                 raise _bad_timestamp(timestamp_ms)
-            appender = self._appender
-            if keys is not None:
-                if partition is None and header_bytes is None and self._hash_keys:
-                    key_list, value_list = list(keys), list(values)
-                    partitions = appender.prepare_keyed(
-                        key_list,
-                        value_list,
-                        self._key_serializer,
-                        self._value_serializer,
-                        self._hasher,
-                        len(info.partitions),
-                    )
-                    if partitions is not None:
-                        await appender.append_keyed(
-                            bulk,
-                            topic,
-                            key_list,
-                            value_list,
-                            partitions,
-                            timestamp_ms,
-                            info,
-                            started,
-                        )
-                        return bulk
-            elif partition is not None or appender.partitions.is_sticky_for_unkeyed:
-                await appender.append_values(
-                    bulk,
-                    topic,
-                    values,
-                    self._value_serializer,
-                    partition,
-                    timestamp_ms,
-                    header_bytes,
-                    info,
-                    started,
-                )
+            if await self._appender.append_columns(
+                bulk,
+                topic,
+                keys,
+                values,
+                partition=partition,
+                timestamp_ms=timestamp_ms,
+                header_bytes=serialize_headers(headers) if headers else None,
+                info=info,
+                started_ms=started,
+                key_serializer=self._key_serializer,
+                value_serializer=self._value_serializer,
+                hasher=self._hasher if self._hash_keys else None,
+            ):
                 return bulk
         # Everything else (interceptors, a custom or round-robin partitioner, keyed records
         # with headers, a fixed partition or None keys) takes send() record by record.
-        for key, value in _pairs(keys, values):
+        for key, value in pairs(keys, values):
             handle = await self.send(topic, value, key, partition, timestamp_ms, headers)
             bulk._add(
                 handle._result,
@@ -654,12 +336,11 @@ class Producer(TransactionalMixin):
     async def _wait_for_topic(self, topic: str, partition: int | None) -> TopicInfo:
         if type(topic) is not str or not topic:
             raise InvalidArgumentError(f"topic must be a non-empty str, got {topic!r}")
-        fetcher = self._fetcher
+        fetcher = self._rt.fetcher
         if fetcher is None:  # pragma: no cover - set before RUNNING
             raise self._not_running()
-        info = await fetcher.wait_for_topic(
-            topic, partition, self._max_block_s, self._config.max_block_ms
-        )
+        max_block_ms = self._config.max_block_ms
+        info = await fetcher.wait_for_topic(topic, partition, max_block_ms / 1000, max_block_ms)
         if not self._running():
             raise self._not_running()
         return info
@@ -706,7 +387,7 @@ class Producer(TransactionalMixin):
             cancelled while waiting for the acknowledgement.
         """
         delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
-        sender = self._sender
+        sender = self._rt.sender
         if not delivery.done() and sender is not None:
             self._acc.expedite(delivery.tp)
             # Run a sender pass right here instead of waking the sender task and waiting
@@ -740,8 +421,7 @@ class Producer(TransactionalMixin):
         acc = self._acc
         batches = acc.incomplete_batches()
         acc.begin_flush()
-        if self._sender is not None:
-            self._sender.wakeup()
+        self._rt.wakeup()
         try:
             async with asyncio.timeout(timeout):
                 for batch in batches:
@@ -762,13 +442,11 @@ class Producer(TransactionalMixin):
             MetadataTimeoutError: the topic is not known within ``max_block_ms``.
             ProducerClosedError: the producer is not running.
         """
-        if self._state is not _State.RUNNING or self._fetcher is None:
+        if self._state is not ProducerState.RUNNING:
             raise self._not_running()
         info: TopicInfo | None = self._metadata.snapshot.topics.get(topic)
         if info is None:
-            info = await self._fetcher.wait_for_topic(
-                topic, None, self._max_block_s, self._config.max_block_ms
-            )
+            info = await self._wait_for_topic(topic, None)
         else:
             await asyncio.sleep(0)
         return [p.partition for p in info.partitions]
@@ -781,39 +459,7 @@ class Producer(TransactionalMixin):
         with nothing recorded in the window is NaN, as in Java. The names of earlier
         versions (``records_sent``, ...) are kept alongside.
         """
-        stats = self._stats
-        now_ms = self._clock.monotonic_ms()
-        sender = self._sender
-        pool = self._pool
-        out = stats.producer_metrics(now_ms)
-        out.update(
-            {
-                "buffer-total-bytes": self._budget.total,
-                "buffer-available-bytes": self._budget.available,
-                "waiting-threads": self._budget.waiter_count,
-                "requests-in-flight": pool.in_flight_requests() if pool else 0,
-                "batches-queued": self._acc.queued_batches(),
-                "batches-in-flight": sender.in_flight_batches if sender else 0,
-                "batches-compressed-in-thread": stats.batches_compressed_in_thread,
-                "metadata-version": self._metadata.version,
-                # names of earlier versions
-                "records_sent": stats.total("record-send"),
-                "records_failed": stats.total("record-error"),
-                "records_retried": stats.total("record-retry"),
-                "batches_sent": stats.total("batch"),
-                "requests_sent": stats.total("request"),
-                "bytes_sent": stats.total("outgoing-byte"),
-                "batches_compressed_in_thread": stats.batches_compressed_in_thread,
-                "buffer_total_bytes": self._budget.total,
-                "buffer_available_bytes": self._budget.available,
-                "buffer_waiters": self._budget.waiter_count,
-                "batches_queued": self._acc.queued_batches(),
-                "batches_in_flight": sender.in_flight_batches if sender else 0,
-                "requests_in_flight": pool.in_flight_requests() if pool else 0,
-                "metadata_version": self._metadata.version,
-            }
-        )
-        return out
+        return self._rt.producer_metrics()
 
     def metric_groups(self) -> dict[str, Any]:
         """Every metric, by group.
@@ -823,35 +469,10 @@ class Producer(TransactionalMixin):
         buckets, for exporters).
         """
         now_ms = self._clock.monotonic_ms()
+        stats = self._rt.stats
         return {
             "producer-metrics": self.metrics(),
-            "producer-topic-metrics": self._stats.topic_metrics(now_ms),
-            "producer-node-metrics": self._stats.node_metrics(now_ms),
-            "latency-histograms": self._stats.histograms(),
+            "producer-topic-metrics": stats.topic_metrics(now_ms),
+            "producer-node-metrics": stats.node_metrics(now_ms),
+            "latency-histograms": stats.histograms(),
         }
-
-    def _check_running(self) -> None:
-        """Raise if the producer stopped (or hit a fatal error) while a send awaited."""
-        if not self._running():
-            raise self._not_running()
-        if self._sender is not None and self._sender.fatal_error is not None:
-            raise self._sender.fatal_error
-
-    def _wrong_loop(self) -> KafkaError:
-        return IllegalStateError(
-            "this producer belongs to the event loop it was started on; it was called from "
-            "another loop (another thread?): use one producer per loop, or aiokprod.sync"
-        )
-
-    def _running(self) -> bool:
-        # A method, not an inline comparison: the state changes across awaits.
-        return self._state is _State.RUNNING
-
-    def _not_running(self) -> KafkaError:
-        if self._state is _State.CRASHED and self._crash is not None:
-            return self._crash
-        if self._state is _State.NEW:
-            return ProducerClosedError("the producer is not started: use 'async with' or start()")
-        if self._sender is not None and self._sender.fatal_error is not None:
-            return self._sender.fatal_error
-        return self._closed_error

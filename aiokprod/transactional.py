@@ -22,7 +22,7 @@ from aiokprod.errors import (
 )
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.idempotence import IdempotenceState
-from aiokprod.internals.sender import Sender
+from aiokprod.internals.runtime import ProducerRuntime
 from aiokprod.internals.transactions import TransactionManager, TxnState
 from aiokprod.internals.txn_requests import TransactionCoordinator
 from aiokprod.logs import get_logger
@@ -35,18 +35,17 @@ class TransactionalMixin:
     """Transactions for a producer created with ``transactional_id``."""
 
     _txn: TransactionManager | None
-    _coordinator: TransactionCoordinator | None
-    _sender: Sender | None
+    _rt: ProducerRuntime
     _acc: RecordAccumulator
     _idempotence: IdempotenceState | None
 
     def _require_txn(self, call: str) -> tuple[TransactionManager, TransactionCoordinator]:
-        txn, coordinator = self._txn, self._coordinator
+        txn, coordinator = self._txn, self._rt.coordinator
         if txn is None:
             raise IllegalStateError(
                 f"{call} needs a transactional producer: create it with transactional_id=..."
             )
-        if coordinator is None or self._sender is None:
+        if coordinator is None or self._rt.sender is None:
             raise IllegalStateError(f"{call}: the producer is not started")
         return txn, coordinator
 
@@ -59,7 +58,7 @@ class TransactionalMixin:
 
     def _enlist(self, tp: TopicPartition) -> None:
         """A record for ``tp`` joins the transaction (protocol 1: AddPartitionsToTxn)."""
-        txn, coordinator = self._txn, self._coordinator
+        txn, coordinator = self._txn, self._rt.coordinator
         if txn is None or coordinator is None:
             return
         txn.check_send()  # again: the state may have changed while send() awaited metadata
@@ -114,7 +113,7 @@ class TransactionalMixin:
         """
         txn, coordinator = self._require_txn("abort_transaction()")
         txn.begin_abort()
-        sender = self._sender
+        sender = self._rt.sender
         assert sender is not None
         stamped = sender.abort_queued(TransactionAbortedError("the transaction was aborted"))
         try:
@@ -211,7 +210,7 @@ class TransactionalMixin:
         batches = acc.incomplete_batches()
         if flush:
             acc.begin_flush()
-        sender = self._sender
+        sender = self._rt.sender
         if sender is not None:
             sender.wakeup()
         try:

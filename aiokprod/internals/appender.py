@@ -187,6 +187,57 @@ class RecordAppender:
                 raise self.too_large(size)
         return hasher.partitions(keys, num_partitions)
 
+    async def append_columns(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        keys: list[Any] | None,
+        values: Iterable[Any],
+        *,
+        partition: int | None,
+        timestamp_ms: int,
+        header_bytes: bytes | None,
+        info: TopicInfo,
+        started_ms: int,
+        key_serializer: Serializer | None,
+        value_serializer: Serializer | None,
+        hasher: KeyHasher | None,
+    ) -> bool:
+        """``send_many()``'s column paths; False when the records must go one by one.
+
+        Keyed columns take :meth:`append_keyed` when the keys are hashed (``hasher``, a
+        built-in partitioner), without a fixed partition, headers or None keys; unkeyed ones
+        take :meth:`append_values` with a fixed partition or the sticky partitioner. Anything
+        else (a custom or round-robin partitioner, ...) returns False with nothing queued.
+        """
+        if keys is not None:
+            if partition is not None or header_bytes is not None or hasher is None:
+                return False
+            value_list = list(values)
+            partitions = self.prepare_keyed(
+                keys, value_list, key_serializer, value_serializer, hasher, len(info.partitions)
+            )
+            if partitions is None:
+                return False
+            await self.append_keyed(
+                bulk, topic, keys, value_list, partitions, timestamp_ms, info, started_ms
+            )
+            return True
+        if partition is None and not self.partitions.is_sticky_for_unkeyed:
+            return False
+        await self.append_values(
+            bulk,
+            topic,
+            values,
+            value_serializer,
+            partition,
+            timestamp_ms,
+            header_bytes,
+            info,
+            started_ms,
+        )
+        return True
+
     async def append_values(
         self,
         bulk: BulkDelivery,

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokprod.errors import KafkaError
 from aiokprod.logs import get_logger
 from aiokprod.protocol.records import ClosedBatch, RecordBatchBuilder
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
+
+_T = TypeVar("_T")
 
 log = get_logger("aiokprod.batch")
 
@@ -62,7 +63,10 @@ class BatchResult:
         self.log_append_time_ms = -1
         self.error: BaseException | None = None
         self.record_errors: dict[int, BaseException] | None = None
-        self._callbacks: list[Callable[[], None]] | None = None
+        # Flat pairs: [callback, argument, callback, argument, ...]. No closure or tuple per
+        # record: a per-record callback costs two list slots, and no object the garbage
+        # collector must track (with a million records pending, that is most of its cost).
+        self._callbacks: list[Any] | None = None
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """Record success and wake everyone waiting; a second completion is ignored."""
@@ -87,9 +91,9 @@ class BatchResult:
         callbacks = self._callbacks
         if callbacks:
             self._callbacks = None
-            for callback in callbacks:
+            for i in range(0, len(callbacks), 2):
                 try:
-                    callback()
+                    callbacks[i](callbacks[i + 1])
                 except Exception:  # a user's callback must not break the sender
                     log.exception("delivery callback raised")
 
@@ -102,20 +106,23 @@ class BatchResult:
         if self.done:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.add_callback(functools.partial(_resolve, waiter))
+        self.add_callback(_resolve, waiter)
         await waiter
 
-    def add_callback(self, callback: Callable[[], None]) -> None:
-        """Run ``callback()`` when the batch completes (at once if it has)."""
+    def add_callback(self, callback: Callable[[_T], object], arg: _T) -> None:
+        """Run ``callback(arg)`` when the batch completes (at once if it has)."""
         if self.done:
             try:
-                callback()
+                callback(arg)
             except Exception:  # same treatment as callbacks run at completion
                 log.exception("delivery callback raised")
             return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(callback)
+        callbacks = self._callbacks
+        if callbacks is None:
+            self._callbacks = [callback, arg]
+        else:
+            callbacks.append(callback)
+            callbacks.append(arg)
 
 
 class DeliveryFuture:
@@ -221,7 +228,7 @@ class DeliveryFuture:
         The callback runs on the event loop right when the broker's answer is processed (or
         at once if the record is done); it must be quick and must not block.
         """
-        self._result.add_callback(lambda: callback(self))
+        self._result.add_callback(callback, self)
 
     def __repr__(self) -> str:
         state = "pending"

@@ -9,12 +9,41 @@ and the serialized sizes in compact arrays. Record metadata is built only when a
 from __future__ import annotations
 
 from array import array
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from itertools import repeat as _repeat
 from typing import Any
 
+from aiokprod.errors import InvalidArgumentError
 from aiokprod.internals.batch import BatchResult
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
+
+
+def bulk_columns(
+    keys: Iterable[Any] | None, values: Iterable[Any]
+) -> tuple[list[Any] | None, Iterable[Any]]:
+    """Check ``send_many``'s columns; keyed ones become lists of the same length."""
+    for name, column in (("values", values), ("keys", keys)):
+        if column is None and name == "keys":
+            continue
+        if isinstance(column, str | bytes | bytearray) or not isinstance(column, Iterable):
+            raise InvalidArgumentError(
+                f"{name} must be an iterable of record {name}, got {type(column).__name__}"
+            )
+    if keys is None:
+        return None, values
+    key_list, value_list = list(keys), list(values)
+    if len(key_list) != len(value_list):
+        raise InvalidArgumentError(
+            f"send_many: {len(key_list)} keys for {len(value_list)} values (nothing queued)"
+        )
+    return key_list, value_list
+
+
+def pairs(keys: Iterable[Any] | None, values: Iterable[Any]) -> Iterable[tuple[Any, Any]]:
+    """``(key, value)`` pairs of ``send_many``'s columns (None keys when unkeyed)."""
+    if keys is None:
+        return ((None, value) for value in values)
+    return zip(keys, values, strict=True)
 
 
 class _Segment:

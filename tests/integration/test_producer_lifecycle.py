@@ -34,7 +34,7 @@ async def test_sender_crash_fails_every_pending_and_later_send(
         raise RuntimeError("simulated bug in the sender")
 
     monkeypatch.setattr(Sender, "run_once", exploding_run_once)
-    producer._sender.wakeup()  # type: ignore[union-attr]
+    producer._rt.sender.wakeup()  # type: ignore[union-attr]
     await asyncio.wait_for(pending[0]._result.wait(), timeout=10)
     monkeypatch.setattr(Sender, "run_once", original)
 

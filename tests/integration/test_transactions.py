@@ -35,7 +35,7 @@ async def test_committed_visible_aborted_not(
 ) -> None:
     topic = new_topic(partitions=3)
     producer = Producer(kafka.bootstrap_servers, transactional_id=txn_id(), linger_ms=20)
-    producer._force_transaction_v1 = force_v1
+    producer._rt.force_transaction_v1 = force_v1
     async with producer:
         assert producer._txn is not None
         assert producer._txn.tv2 is (not force_v1)
@@ -167,7 +167,7 @@ async def test_offsets_commit_with_the_transaction_only(
     source, sink = new_topic(partitions=2), new_topic()
     group = f"g-{uuid.uuid4().hex[:8]}"
     producer = Producer(kafka.bootstrap_servers, transactional_id=txn_id())
-    producer._force_transaction_v1 = force_v1
+    producer._rt.force_transaction_v1 = force_v1
     async with producer:
         await producer.begin_transaction()
         await producer.send(sink, b"aborted")

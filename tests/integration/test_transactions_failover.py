@@ -30,7 +30,7 @@ async def test_coordinator_killed_mid_transaction_commits_whole_or_aborts_whole(
         async with Producer(
             kafka_cluster.bootstrap_servers, transactional_id=tid, linger_ms=5
         ) as producer:
-            coordinator = producer._coordinator
+            coordinator = producer._rt.coordinator
             assert coordinator is not None
             victim = coordinator._coordinators[(KEY_TYPE_TRANSACTION, tid)]
             await producer.begin_transaction()

@@ -175,12 +175,12 @@ def test_raising_callback_does_not_stop_the_others(caplog: pytest.LogCaptureFixt
     result = BatchResult()
     calls: list[str] = []
 
-    def bad() -> None:
+    def bad(_: None) -> None:
         calls.append("bad")
         raise RuntimeError("user bug")
 
-    result.add_callback(bad)
-    result.add_callback(lambda: calls.append("good"))
+    result.add_callback(bad, None)
+    result.add_callback(calls.append, "good")
     with caplog.at_level(logging.ERROR, logger="aiokprod.batch"):
         result.succeed(0, -1)
     assert calls == ["bad", "good"]
