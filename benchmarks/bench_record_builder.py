@@ -22,7 +22,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from aiokprod.protocol.records import RecordBatchBuilder, read_record_batches
+from aiokprod.protocol.record_reader import read_record_batches
+from aiokprod.protocol.records import RecordBatchBuilder
 
 with warnings.catch_warnings():
     # kafka-python 3.x loads its JSON schemas through deprecated importlib.resources calls.

@@ -25,7 +25,7 @@ What goes after the batch header (see docs/compression.md for the reasons):
 The registry (:data:`CODECS`, :func:`codec_for_name`, :func:`codec_for_id`) hands out
 ``compressor(level)`` and ``decompress`` callables in the shapes
 :class:`~aiokprod.protocol.records.RecordBatchBuilder` and
-:func:`~aiokprod.protocol.records.read_record_batch` take.
+:func:`~aiokprod.protocol.record_reader.read_record_batch` take.
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ CODECS: Mapping[str, Codec] = {
 }
 _BY_ID: Mapping[int, Codec] = {c.id: c for c in CODECS.values()}
 
-#: Codec id -> decoder, for :func:`aiokprod.protocol.records.read_record_batch`.
+#: Codec id -> decoder, for :func:`aiokprod.protocol.record_reader.read_record_batch`.
 DECOMPRESSORS: Mapping[int, Decompressor] = {
     c.id: c.decompress for c in CODECS.values() if c.id != NONE
 }

@@ -29,23 +29,25 @@ from types import TracebackType
 from typing import Self
 
 from aiokprod.testing import reaper
-from aiokprod.testing.config import NodeAddress, broker_properties, new_cluster_id
+from aiokprod.testing.config import NodeAddress, new_cluster_id
 from aiokprod.testing.distribution import (
     KafkaDistribution,
     ensure_distribution,
     ensure_tools_distribution,
 )
-from aiokprod.testing.errors import LocalKafkaError, error_with_output
+from aiokprod.testing.errors import LocalKafkaError
 from aiokprod.testing.java import find_java, run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
 from aiokprod.testing.node import KafkaNode
-from aiokprod.testing.ports import LOOPBACK, pick_free_ports
-from aiokprod.testing.releases import kafka_release
-from aiokprod.testing.security import (
-    SASL_USERS,
-    SECURITY_LISTENERS,
-    scram_format_args,
-    security_properties,
+from aiokprod.testing.security import SASL_USERS, SECURITY_LISTENERS, scram_format_args
+from aiokprod.testing.startup import (
+    PortClashError,
+    format_all,
+    make_nodes,
+    pick_addresses,
+    start_nodes,
+    stop_node_processes,
+    wait_registered,
 )
 from aiokprod.testing.tls import TestPki, make_test_pki
 from aiokprod.testing.topics import (
@@ -58,16 +60,6 @@ from aiokprod.testing.topics import (
 
 DEFAULT_STARTUP_TIMEOUT = 90.0
 _PORT_ATTEMPTS = 3
-_FORMAT_TIMEOUT = 120.0
-# A node stops cleanly in about a second, but when every node of a multi-node cluster stops,
-# whichever one is still the active controller at the end may wait forever for its own
-# controlled shutdown (its quorum is gone); seen about 1 run in 5 with 3 nodes. The data is
-# thrown away, so such a straggler is SIGKILLed after this grace period.
-_STOP_GRACE = 10.0
-
-
-class _PortClashError(LocalKafkaError):
-    """A node could not bind a port picked a moment earlier (someone else took it)."""
 
 
 class LocalKafka:
@@ -162,8 +154,8 @@ class LocalKafka:
                 try:
                     self._start_once(self._dist, self._dir)
                     break
-                except _PortClashError:
-                    self._stop_processes()
+                except PortClashError:
+                    stop_node_processes(self._nodes.values())
                     if attempt == _PORT_ATTEMPTS:
                         raise
         except BaseException:
@@ -177,7 +169,7 @@ class LocalKafka:
 
         Safe to call more than once and on a cluster that failed to start.
         """
-        self._stop_processes()
+        stop_node_processes(self._nodes.values())
         self._nodes = {}
         reaper.remove_cleanup(self)
         if not self.keep_data:
@@ -315,7 +307,7 @@ class LocalKafka:
         node.start()
         deadline = time.monotonic() + (timeout if timeout is not None else self.startup_timeout)
         node.wait_ready(deadline)
-        self._wait_registered(deadline)
+        wait_registered(self._nodes, deadline)
 
     def log_tail(self, node_id: int, lines: int = 40) -> str:
         """The last ``lines`` lines of one node's log."""
@@ -440,157 +432,30 @@ class LocalKafka:
         return ",".join(a.bootstrap for a in self._running_addresses())
 
     def _start_once(self, dist: KafkaDistribution, root: Path) -> None:
-        extra = len(SECURITY_LISTENERS) if self.security else 0
-        ports = pick_free_ports((2 + extra) * self.node_count)
-        addresses = [
-            NodeAddress(i, LOOPBACK, ports[2 * i - 2], ports[2 * i - 1])
-            for i in range(1, self.node_count + 1)
-        ]
-        extra_ports = ports[2 * self.node_count :]
-        self._security_ports = {
-            a.node_id: dict(
-                zip(SECURITY_LISTENERS, extra_ports[k * extra : (k + 1) * extra], strict=True)
-            )
-            for k, a in enumerate(addresses)
-            if extra
-        }
+        addresses, self._security_ports = pick_addresses(self.node_count, self.security)
         if self.security and (self._pki is None or not self._pki.ca_file.exists()):
             self._pki = make_test_pki(root / "tls")
         cluster_id = new_cluster_id()
-        release = kafka_release(dist.version)
         self._nodes = {}
-        for address in addresses:
-            node_dir = root / f"node{address.node_id}"
-            # A previous attempt (port clash) may have left a formatted folder behind.
-            shutil.rmtree(node_dir, ignore_errors=True)
-            overrides = dict(self.broker_config)
-            if self._pki is not None:
-                overrides = {
-                    **security_properties(
-                        address,
-                        self._security_ports[address.node_id],
-                        server_keystore=self._pki.server_keystore,
-                        ca_file=self._pki.ca_file,
-                        users=self.sasl_users,
-                    ),
-                    **overrides,
-                }
-            props = broker_properties(
-                address,
-                addresses,
-                node_dir / "data",
-                overrides,
-                share_coordinator=release.has_share_coordinator,
-            )
-            node = KafkaNode(
-                dist, address, node_dir, props, heap_min=self.heap_min, heap_max=self.heap_max
-            )
-            node.write_files()
-            self._nodes[address.node_id] = node
-        _format_all(
+        self._nodes = make_nodes(
+            dist,
+            root,
+            addresses,
+            broker_config=self.broker_config,
+            pki=self._pki,
+            security_ports=self._security_ports,
+            sasl_users=self.sasl_users,
+            heap_min=self.heap_min,
+            heap_max=self.heap_max,
+        )
+        format_all(
             list(self._nodes.values()),
             cluster_id,
             scram_format_args(self.sasl_users) if self.security else [],
         )
-        for node in self._nodes.values():
-            node.start()
-        deadline = time.monotonic() + self.startup_timeout
-        # Poll every node in each round, so that any node dying is noticed at once.
-        pending = dict(self._nodes)
-        while pending:
-            for node_id, node in list(pending.items()):
-                try:
-                    node.raise_if_exited()
-                except LocalKafkaError as exc:
-                    if node.bind_failed():
-                        raise _PortClashError(str(exc)) from exc
-                    raise
-                if node.is_ready():
-                    del pending[node_id]
-            if not pending:
-                break
-            if time.monotonic() >= deadline:
-                raise next(iter(pending.values())).not_ready_error()
-            time.sleep(0.2)
-        self._wait_registered(deadline)
-        for node in self._nodes.values():
-            node.raise_if_exited()  # none may have died while the others registered
-
-    def _wait_registered(self, deadline: float) -> None:
-        """Wait until every running node lists every running node as a broker."""
-        while True:
-            expected = set(self.running_node_ids)
-            missing: dict[int, set[int] | str] = {}
-            for node_id in expected:
-                address = self._nodes[node_id].address
-                try:
-                    seen = fetch_metadata(address.host, address.port, [], timeout=5.0).broker_ids
-                except LocalKafkaError as exc:
-                    missing[node_id] = str(exc)
-                    continue
-                if not expected <= seen:
-                    missing[node_id] = expected - seen
-            if not missing:
-                return
-            if time.monotonic() >= deadline:
-                first = next(iter(missing))
-                raise error_with_output(
-                    f"brokers did not all register in time; per node, what is missing: {missing}",
-                    self._nodes[first].log_tail(40),
-                )
-            time.sleep(0.2)
-
-    def _stop_processes(self) -> None:
-        processes = []
-        for node in self._nodes.values():
-            process = node.process
-            if process is not None:
-                processes.append(process)
-        reaper.stop_processes(processes, _STOP_GRACE)
-        for process in processes:
-            reaper.untrack(process)
+        start_nodes(self._nodes, self.startup_timeout)
 
     def _remove_data(self) -> None:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-
-def _format_all(
-    nodes: list[KafkaNode], cluster_id: str, extra_args: list[str] | None = None
-) -> None:
-    """Run ``StorageTool format`` for every node in parallel (each is a JVM start).
-
-    ``extra_args`` go at the end of each command (``--add-scram`` entries).
-    """
-    running: list[tuple[KafkaNode, subprocess.Popen[bytes], Path]] = []
-    try:
-        for node in nodes:
-            output = node.node_dir / "format.log"
-            with output.open("wb") as sink:
-                process = subprocess.Popen(
-                    node.format_command(cluster_id) + list(extra_args or ()),
-                    stdin=subprocess.DEVNULL,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                )
-            reaper.track(process)
-            running.append((node, process, output))
-        deadline = time.monotonic() + _FORMAT_TIMEOUT
-        for node, process, output in running:
-            try:
-                code = process.wait(timeout=max(deadline - time.monotonic(), 0.0))
-            except subprocess.TimeoutExpired:
-                raise error_with_output(
-                    f"formatting node {node.node_id} took more than {_FORMAT_TIMEOUT:.0f} s",
-                    output.read_text(encoding="utf-8", errors="replace"),
-                ) from None
-            if code != 0:
-                raise error_with_output(
-                    f"formatting node {node.node_id} failed with exit code {code}",
-                    output.read_text(encoding="utf-8", errors="replace"),
-                )
-    finally:
-        reaper.stop_processes([p for _, p, _ in running], grace=5.0)
-        for _, process, _ in running:
-            reaper.untrack(process)

@@ -21,7 +21,8 @@ from aiokprod.protocol.compression import (
     XERIAL_HEADER,
     codec_for_name,
 )
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, read_record_batches
+from aiokprod.protocol.record_reader import read_record_batches
+from aiokprod.protocol.records import BATCH_HEADER_SIZE
 from aiokprod.testing import LocalKafka
 
 RECORDS = 50_000

@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aiokprod.cli import (
-    UsageError,
-    _lines,
-    _PerfStats,
-    build_parser,
-    main,
-    parse_option,
-    perf_summary,
-    producer_options,
-)
+from aiokprod.cli import main
+from aiokprod.cli.options import UsageError, build_parser, parse_option, producer_options
+from aiokprod.cli.perf import _PerfStats, perf_summary
+from aiokprod.cli.produce import _lines
 from aiokprod.config import ProducerConfig
 
 

@@ -41,7 +41,7 @@ from aiokprod.protocol.messages.produce import (
     ProduceResponse,
     ProduceTopicResponse,
 )
-from aiokprod.protocol.records import RecordBatch, read_record_batches
+from aiokprod.protocol.record_reader import RecordBatch, read_record_batches
 from aiokprod.protocol.schema import Struct
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.log import NONE, PartitionLog

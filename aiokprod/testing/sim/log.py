@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from aiokprod.protocol.records import RecordBatch
+from aiokprod.protocol.record_reader import RecordBatch
 from aiokprod.types import Header
 
 NUM_BATCHES_TO_RETAIN = 5

@@ -9,7 +9,8 @@ import pytest
 
 from aiokprod.errors import DeliveryTimeoutError, InvalidRecordError, NotLeaderOrFollowerError
 from aiokprod.internals.batch import BatchResult, DeliveryFuture, FinalState, ProducerBatch
-from aiokprod.protocol.records import RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.record_reader import read_record_batch
+from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
 
 TP = TopicPartition("events", 3)

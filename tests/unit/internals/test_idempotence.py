@@ -31,7 +31,8 @@ from aiokprod.internals.idempotence import (
     Verdict,
     increment_sequence,
 )
-from aiokprod.protocol.records import RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.record_reader import read_record_batch
+from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
 from ._helpers import new_batch

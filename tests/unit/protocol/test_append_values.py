@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.record_reader import read_record_batch
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
 
 values_st = st.lists(st.one_of(st.none(), st.binary(max_size=300)), max_size=200)
 

@@ -18,13 +18,8 @@ from hypothesis import strategies as st
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import ConfigError, ProtocolError
 from aiokprod.protocol import compression as c
-from aiokprod.protocol.records import (
-    BATCH_HEADER_SIZE,
-    RecordBatchBuilder,
-    batch_attributes,
-    read_record_batch,
-    read_record_batches,
-)
+from aiokprod.protocol.record_reader import batch_attributes, read_record_batch, read_record_batches
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
 
 from ._thirdparty import aiokafka_crecords, aiokafka_records, kafka_records
 

@@ -29,12 +29,8 @@ from aiokprod.protocol.messages.api_versions import ApiVersionRange, ApiVersions
 from aiokprod.protocol.messages.metadata import MetadataRequest
 from aiokprod.protocol.messages.produce import ProduceRequest
 from aiokprod.protocol.primitives import Reader
-from aiokprod.protocol.records import (
-    RecordBatchBuilder,
-    encode_headers,
-    read_record_batch,
-    read_record_batches,
-)
+from aiokprod.protocol.record_reader import read_record_batch, read_record_batches
+from aiokprod.protocol.records import RecordBatchBuilder, encode_headers
 from aiokprod.protocol.schema import Struct, decode_struct, encode_struct
 
 from ._strategies import struct_strategy

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from aiokprod.errors import CorruptRecordBatchError, ProtocolError
 from aiokprod.protocol.primitives import VARINT_CACHE_SIZE
+from aiokprod.protocol.record_reader import batch_attributes, read_record_batch, read_record_batches
 from aiokprod.protocol.records import (
     BATCH_HEADER_SIZE,
     MAX_RECORD_OVERHEAD,
@@ -23,10 +24,7 @@ from aiokprod.protocol.records import (
     ClosedBatch,
     Header,
     RecordBatchBuilder,
-    batch_attributes,
     encode_headers,
-    read_record_batch,
-    read_record_batches,
     record_size_upper_bound,
 )
 

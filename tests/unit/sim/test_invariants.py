@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from aiokprod.errors import DeliveryTimeoutError, KafkaConnectionError
-from aiokprod.protocol.records import RecordBatch, RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.record_reader import RecordBatch, read_record_batch
+from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.invariants import check_run
 from aiokprod.testing.sim.workload import Op, Recorder, Workload

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from aiokprod.protocol.records import RecordBatch, RecordBatchBuilder, read_record_batch
+from aiokprod.protocol.record_reader import RecordBatch, read_record_batch
+from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.testing.sim.log import (
     INVALID_PRODUCER_EPOCH,
     NONE,
