@@ -1,21 +1,27 @@
 """InitProducerId: getting a producer id and epoch from the cluster, with retries.
 
-An idempotent producer needs an id before its first batch can be stamped; the sender starts
-:func:`init_producer_id` in the producer's task group when the id is missing (at start, or
-when the epoch is exhausted). Any broker can answer a non-transactional request, so the
-least loaded one is asked; retriable failures (a broker going away, ``COORDINATOR_LOAD_IN_
-PROGRESS``, an answer that makes no sense) are retried with backoff until the producer stops.
+An idempotent producer needs an id before its first batch can be stamped. On every pass the
+sender asks :class:`ProducerIdManager` to act on what the idempotence state requires: fetch
+an id (at start, or when the epoch is exhausted) with :func:`init_producer_id` in the
+producer's task group, or bump the epoch locally (KIP-360) when a batch's outcome is unknown.
+Any broker can answer a non-transactional request, so the least loaded one is asked;
+retriable failures (a broker going away, ``COORDINATOR_LOAD_IN_PROGRESS``, an answer that
+makes no sense) are retried with backoff until the producer stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import Clock
+from aiokprod.config import ProducerConfig
 from aiokprod.errors import BrokerError, KafkaConnectionError, KafkaError, error_for_code
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.transactions import TransactionManager
 from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool
 from aiokprod.protocol.messages.init_producer_id import (
@@ -24,6 +30,96 @@ from aiokprod.protocol.messages.init_producer_id import (
 )
 
 log = get_logger("aiokprod.sender")
+
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+
+
+class ProducerIdManager:
+    """Keeps an idempotent producer's id and epoch usable (see the module docstring).
+
+    Args:
+        idempotence: the sequence state that says when an id or a new epoch is needed.
+        txn: the transaction manager of a transactional producer (its coordinator owns the
+            id and epoch; a batch with an unknown outcome makes the transaction abortable).
+        pool, config, clock, rng: what a fetch needs.
+        spawn: starts the fetch in the producer's task group.
+        wakeup: wakes the sender when the id or epoch changed.
+        on_fatal: called with the error when the cluster refuses for good.
+        stopped: true once the producer stops (a fetch then gives up).
+    """
+
+    def __init__(
+        self,
+        idempotence: IdempotenceState,
+        txn: TransactionManager | None,
+        pool: ConnectionPool,
+        config: ProducerConfig,
+        clock: Clock,
+        rng: random.Random,
+        *,
+        spawn: Spawn,
+        wakeup: Callable[[], None],
+        on_fatal: Callable[[KafkaError], None],
+        stopped: Callable[[], bool],
+    ) -> None:
+        self._idem = idempotence
+        self._txn = txn
+        self._pool = pool
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._spawn = spawn
+        self._wakeup = wakeup
+        self._on_fatal = on_fatal
+        self._stopped = stopped
+        self._fetch_running = False
+
+    def maybe_renew(self) -> None:
+        """Fetch a producer id or bump the epoch when the idempotence state asks for it.
+
+        Not for a transactional producer: its coordinator gives the id and epoch, and a
+        sequence gap makes the transaction abortable instead (txn_requests, transactional).
+        """
+        idem = self._idem
+        if self._txn is not None:
+            if idem.epoch_bump_required:
+                self._txn.on_batch_error(
+                    KafkaError("a batch's outcome is unknown: the epoch must be bumped")
+                )
+            return
+        if idem.producer_id_required:
+            if not self._fetch_running:
+                self._fetch_running = True
+                self._spawn(self._fetch)
+        elif idem.epoch_bump_required:
+            if idem.bump_epoch():
+                log.info(
+                    "bumped producer epoch",
+                    producer_id=idem.producer_id,
+                    epoch=idem.producer_epoch,
+                )
+            self._wakeup()
+
+    async def _fetch(self) -> None:
+        config = self._config
+        try:
+            result = await init_producer_id(
+                self._pool,
+                self._clock,
+                self._rng,
+                request_timeout_ms=config.request_timeout_ms,
+                retry_backoff_ms=config.retry_backoff_ms,
+                retry_backoff_max_ms=config.retry_backoff_max_ms,
+                stopped=self._stopped,
+            )
+            if result is not None:
+                self._idem.set_producer_id(*result)
+                log.debug("producer id", producer_id=result[0], epoch=result[1])
+        except KafkaError as exc:
+            self._on_fatal(exc)
+        finally:
+            self._fetch_running = False
+            self._wakeup()
 
 
 async def init_producer_id(

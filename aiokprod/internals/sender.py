@@ -35,7 +35,7 @@ from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
-from aiokprod.internals.producer_id import init_producer_id
+from aiokprod.internals.producer_id import ProducerIdManager
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
 from aiokprod.logs import get_logger
@@ -104,7 +104,6 @@ class Sender:
         self._wake = asyncio.Event()
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
-        self._pid_fetch_running = False
         self._stopping = False
         #: Set by a forced stop: nothing is retried any more.
         self._force_error: KafkaError | None = None
@@ -119,6 +118,22 @@ class Sender:
         )
         #: A fatal error (e.g. InitProducerId refused for good): every batch fails with it.
         self.fatal_error: KafkaError | None = None
+        self._producer_id = (
+            None
+            if idempotence is None
+            else ProducerIdManager(
+                idempotence,
+                txn,
+                pool,
+                config,
+                clock,
+                self._rng,
+                spawn=spawn,
+                wakeup=self.wakeup,
+                on_fatal=self._set_fatal,
+                stopped=self._stopped.is_set,
+            )
+        )
 
     # --- loop -------------------------------------------------------------------------------
 
@@ -152,7 +167,8 @@ class Sender:
         idem = self._idem
         if idem is not None:
             idem.resolve_sequences()
-            self._maybe_renew_producer_id(idem)
+            if self._producer_id is not None:
+                self._producer_id.maybe_renew()
         delay = min(delay, self._fetcher.maybe_refresh(now_ms))
         acc = self._acc
         metadata = self._metadata
@@ -517,63 +533,6 @@ class Sender:
             return False  # protocol 1: AddPartitionsToTxn first
         idem = self._idem
         return idem is None or idem.can_drain(batch)
-
-    def _maybe_renew_producer_id(self, idem: IdempotenceState) -> None:
-        """Fetch a producer id or bump the epoch when the idempotence state asks for it.
-
-        Not for a transactional producer: its coordinator gives the id and epoch, and a
-        sequence gap makes the transaction abortable instead (txn_requests, transactional).
-        """
-        if self._txn is not None:
-            if idem.epoch_bump_required:
-                self._txn.on_batch_error(
-                    KafkaError("a batch's outcome is unknown: the epoch must be bumped")
-                )
-            return
-        if idem.producer_id_required:
-            self._maybe_fetch_producer_id()
-        elif idem.epoch_bump_required:
-            self._bump_epoch()
-
-    def _bump_epoch(self) -> None:
-        idem = self._idem
-        if idem is None:
-            return
-        if idem.bump_epoch():
-            log.info(
-                "bumped producer epoch", producer_id=idem.producer_id, epoch=idem.producer_epoch
-            )
-        self.wakeup()
-
-    def _maybe_fetch_producer_id(self) -> None:
-        if self._pid_fetch_running:
-            return
-        self._pid_fetch_running = True
-        self._spawn(self._fetch_producer_id)
-
-    async def _fetch_producer_id(self) -> None:
-        idem = self._idem
-        if idem is None:
-            return
-        config = self._config
-        try:
-            result = await init_producer_id(
-                self._pool,
-                self._clock,
-                self._rng,
-                request_timeout_ms=config.request_timeout_ms,
-                retry_backoff_ms=config.retry_backoff_ms,
-                retry_backoff_max_ms=config.retry_backoff_max_ms,
-                stopped=self._stopped.is_set,
-            )
-            if result is not None:
-                idem.set_producer_id(*result)
-                log.debug("producer id", producer_id=result[0], epoch=result[1])
-        except KafkaError as exc:
-            self._set_fatal(exc)
-        finally:
-            self._pid_fetch_running = False
-            self.wakeup()
 
     def _set_fatal(self, error: KafkaError) -> None:
         self.fatal_error = error
