@@ -4,12 +4,18 @@ As in the Java client (ProducerBatch, ProduceRequestResult, FutureRecordMetadata
 one completion object shared by all its records; each record's handle only stores its index
 and sizes and computes ``base_offset + index`` when asked. No asyncio future exists per record,
 and one per batch is created only if someone awaits before the batch completes.
+
+A batch the broker refuses as too large (MESSAGE_TOO_LARGE) is split into smaller batches
+(:meth:`ProducerBatch.mark_split`); its result then *follows* theirs: it completes once every
+piece has, and each record's offset, append time and error come from its piece. The handles
+given out for the original batch stay valid and need not know.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
@@ -19,6 +25,10 @@ from aiokprod.protocol.records import ClosedBatch, RecordBatchBuilder
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
 
 _T = TypeVar("_T")
+
+#: ``BatchResult.base_offset`` of a batch that was split (at least one of its pieces was
+#: acknowledged): each record's offset comes from its piece (:meth:`BatchResult.position`).
+SPLIT_OFFSET = -2
 
 log = get_logger("aiokprod.batch")
 
@@ -34,6 +44,29 @@ class FinalState(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     ABORTED = "aborted"
+    #: Refused as too large and split: its pieces carry its records on (its result follows).
+    SPLIT = "split"
+
+
+class _Split:
+    """The pieces a split batch's result follows: each piece's first index and result."""
+
+    __slots__ = ("count", "remaining", "results", "starts")
+
+    def __init__(self, starts: list[int], results: list[BatchResult], count: int) -> None:
+        self.starts = starts
+        self.results = results
+        self.count = count
+        self.remaining = len(results)
+
+    def locate(self, index: int) -> tuple[BatchResult, int]:
+        """The piece holding record ``index`` of the original batch, and its index there."""
+        k = bisect_right(self.starts, index) - 1
+        return self.results[k], index - self.starts[k]
+
+
+def _piece_done(parent: BatchResult) -> None:
+    parent._on_piece_done()
 
 
 class BatchResult:
@@ -45,11 +78,13 @@ class BatchResult:
         log_append_time_ms: the broker's append time, -1 unless the topic uses LogAppendTime.
         error: the exception every record fails with, or None on success.
         record_errors: per-record exceptions (by index) when the broker rejected only some
-            records of the batch (INVALID_RECORD); those records fail with their own error.
+            records of the batch (INVALID_RECORD), or when some pieces of a split batch
+            failed; those records fail with their own error.
     """
 
     __slots__ = (
         "_callbacks",
+        "_split",
         "base_offset",
         "done",
         "error",
@@ -67,6 +102,7 @@ class BatchResult:
         # record: a per-record callback costs two list slots, and no object the garbage
         # collector must track (with a million records pending, that is most of its cost).
         self._callbacks: list[Any] | None = None
+        self._split: _Split | None = None
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """Record success and wake everyone waiting; a second completion is ignored."""
@@ -85,6 +121,62 @@ class BatchResult:
         self.error = error
         self.record_errors = record_errors
         self._finish()
+
+    def follow(self, pieces: list[tuple[int, BatchResult]], count: int) -> None:
+        """Complete once every piece has: ``(first index, result)`` of each, in order.
+
+        ``count`` is the number of records. A record's outcome is its piece's for its index
+        there (:meth:`position`, :meth:`record_error`); pieces may be split again.
+        """
+        if self.done or not pieces:
+            return
+        self._split = _Split([start for start, _ in pieces], [r for _, r in pieces], count)
+        for _, piece in pieces:
+            piece.add_callback(_piece_done, self)
+
+    def _on_piece_done(self) -> None:
+        split = self._split
+        if split is None or self.done:  # pragma: no cover - only pieces call this
+            return
+        split.remaining -= 1
+        if split.remaining:
+            return
+        # Every piece is done: note the records that failed (only failures cost a loop).
+        errors: dict[int, BaseException] = {}
+        ends = [*split.starts[1:], split.count]
+        for start, end, piece in zip(split.starts, ends, split.results, strict=True):
+            if piece.error is None and not piece.record_errors:
+                continue
+            for j in range(end - start):
+                error = piece.record_error(j)
+                if error is not None:
+                    errors[start + j] = error
+        if len(errors) < split.count:
+            self.base_offset = SPLIT_OFFSET
+        else:
+            self.error = errors[0]
+        self.record_errors = errors or None
+        self._finish()
+
+    def record_error(self, index: int) -> BaseException | None:
+        """The error record ``index`` failed with, None if it was acknowledged (once done)."""
+        record_errors = self.record_errors
+        if record_errors:
+            own = record_errors.get(index)
+            if own is not None:
+                return own
+        return self.error
+
+    def position(self, index: int) -> tuple[int, int]:
+        """``(offset, log append time)`` of acknowledged record ``index`` (-1: unknown)."""
+        base = self.base_offset
+        if base >= 0:
+            return base + index, self.log_append_time_ms
+        split = self._split
+        if base == SPLIT_OFFSET and split is not None:
+            piece, local = split.locate(index)
+            return piece.position(local)
+        return UNKNOWN_OFFSET, self.log_append_time_ms
 
     def _finish(self) -> None:
         self.done = True
@@ -208,10 +300,14 @@ class DeliveryFuture:
             raise error
         result = self._result
         base = result.base_offset
-        offset = base + self._index if base >= 0 else UNKNOWN_OFFSET
-        timestamp = (
-            result.log_append_time_ms if result.log_append_time_ms >= 0 else self._timestamp_ms
-        )
+        append_ms = result.log_append_time_ms
+        if base >= 0:
+            offset = base + self._index
+        elif base == UNKNOWN_OFFSET:
+            offset = UNKNOWN_OFFSET
+        else:  # split: the record's piece knows (SPLIT_OFFSET)
+            offset, append_ms = result.position(self._index)
+        timestamp = append_ms if append_ms >= 0 else self._timestamp_ms
         metadata = self._metadata = RecordMetadata(
             self.tp.topic,
             self.tp.partition,
@@ -260,6 +356,7 @@ class ProducerBatch:
         "in_flight",
         "is_full",
         "not_appended",
+        "order",
         "producer_epoch",
         "producer_id",
         "reserved_bytes",
@@ -302,6 +399,10 @@ class ProducerBatch:
         self.not_appended = False
         #: Per-record handles, kept only when interceptors need them at completion.
         self.handles: list[DeliveryFuture] | None = [] if keep_handles else None
+        #: Where its records come in the partition's order, for retries without sequences:
+        #: ``(n,)`` for the accumulator's n-th batch; a split batch's pieces extend it with
+        #: their index, so they sort between it and the next batch.
+        self.order: tuple[int, ...] = ()
 
     @property
     def record_count(self) -> int:
@@ -361,6 +462,20 @@ class ProducerBatch:
         self.final_state = FinalState.ABORTED if aborted else FinalState.FAILED
         self.result.fail(error, record_errors)
         return True
+
+    def mark_split(self, pieces: list[ProducerBatch]) -> None:
+        """This batch was split into ``pieces`` (its records, in order): it ends here.
+
+        Its result follows the pieces' (see :meth:`BatchResult.follow`), so the handles given
+        out for its records complete when their piece does, with the piece's offsets.
+        """
+        self.final_state = FinalState.SPLIT
+        starts: list[tuple[int, BatchResult]] = []
+        start = 0
+        for piece in pieces:
+            starts.append((start, piece.result))
+            start += piece.record_count
+        self.result.follow(starts, start)
 
     def __repr__(self) -> str:
         return (

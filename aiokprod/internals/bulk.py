@@ -14,7 +14,7 @@ from itertools import repeat as _repeat
 from typing import Any
 
 from aiokprod.errors import InvalidArgumentError
-from aiokprod.internals.batch import BatchResult
+from aiokprod.internals.batch import SPLIT_OFFSET, BatchResult
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
 
 
@@ -192,9 +192,13 @@ class BulkDelivery:
             base = result.base_offset
             append_time = result.log_append_time_ms
             topic, partition = segment.tp
+            split = base == SPLIT_OFFSET  # the batch was split: each record's piece knows
             for i in range(segment.count):
                 j = position + i
-                offset = base + segment.start + i if base >= 0 else UNKNOWN_OFFSET
+                if split:
+                    offset, append_time = result.position(segment.start + i)
+                else:
+                    offset = base + segment.start + i if base >= 0 else UNKNOWN_OFFSET
                 timestamp = append_time if append_time >= 0 else self._timestamps[j]
                 out.append(
                     RecordMetadata(
