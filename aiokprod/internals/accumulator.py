@@ -21,6 +21,7 @@ from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot, TopicInfo
 from aiokprod.internals.partitioner import StickyPartitionState
+from aiokprod.internals.split import split_batch, split_limit
 from aiokprod.protocol.records import (
     BATCH_HEADER_SIZE,
     RECORD_FRAMING_BOUND,
@@ -115,6 +116,9 @@ class RecordAccumulator:
         self._closing = False
         #: Partitions whose leader must not get another request while one is in flight.
         self.muted: set[TopicPartition] = set()
+        #: Per topic, the byte size split batches are cut to (see :meth:`split`).
+        self._split_bytes: dict[str, int] = {}
+        self._batches_created = 0
 
     # --- appending --------------------------------------------------------------------------
 
@@ -185,12 +189,10 @@ class RecordAccumulator:
         if appended is not None:
             self.budget.release(reserved_bytes)
             return appended
-        builder = RecordBatchBuilder(
-            compression=self._compression,
-            compressor=self._compressor,
-            transactional=self._transactional,
-        )
+        builder = self._new_builder()
         batch = ProducerBatch(tp, builder, now_ms, reserved_bytes, self._keep_handles)
+        self._batches_created += 1
+        batch.order = (self._batches_created,)
         index = builder.try_append(timestamp_ms, key, value, headers, self.batch_size)
         if builder.full:
             batch.is_full = True
@@ -200,6 +202,13 @@ class RecordAccumulator:
         dq.append(batch)
         self._incomplete.add(batch)
         return batch, index, builder.size_in_bytes
+
+    def _new_builder(self) -> RecordBatchBuilder:
+        return RecordBatchBuilder(
+            compression=self._compression,
+            compressor=self._compressor,
+            transactional=self._transactional,
+        )
 
     def expedite(self, tp: TopicPartition) -> None:
         """Let the partition's newest batch go without waiting out ``linger_ms``."""
@@ -361,24 +370,38 @@ class RecordAccumulator:
         dq = self._queues.get(batch.tp)
         if dq is None:
             dq = self._queues[batch.tp] = deque()
-        if batch.has_sequence:
-            index = 0
-            for index, queued in enumerate(dq):  # noqa: B007 - index is used after the loop
-                if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
-                    break
-            else:
-                index = len(dq)
-            dq.insert(index, batch)
-        else:
-            # Batches of one failed request come back one by one: keep them in creation
-            # order (the head is the oldest, which expiry and the partition's order rely on).
-            index = 0
-            for index, queued in enumerate(dq):  # noqa: B007 - index is used after the loop
-                if not queued.attempts or queued.created_ms > batch.created_ms:
-                    break
-            else:
-                index = len(dq)
-            dq.insert(index, batch)
+        dq.insert(_retry_position(dq, batch), batch)
+
+    # --- splitting (MESSAGE_TOO_LARGE) ------------------------------------------------------
+
+    def split(self, batch: ProducerBatch, now_ms: int) -> list[ProducerBatch]:
+        """Cut a batch the broker refused as too large into smaller ones (not queued yet).
+
+        See :func:`aiokprod.internals.split.split_batch`. The cut is at most ``batch_size``
+        bytes and half the refused batch; the topic remembers its smallest cut, so later
+        refused batches go straight to it. With idempotence the caller stamps the pieces
+        (``IdempotenceState.on_split``) before :meth:`put_back_split`.
+        """
+        topic = batch.tp.topic
+        limit = split_limit(batch, self.batch_size, self._split_bytes.get(topic))
+        self._split_bytes[topic] = limit
+        return split_batch(batch, self._new_builder, limit, now_ms)
+
+    def put_back_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """Queue ``pieces`` where ``batch`` would go back for a retry, and forget ``batch``.
+
+        Its ``buffer_memory`` reservation now belongs to the pieces (see :meth:`split`).
+        """
+        batch.in_flight = False
+        dq = self._queues.get(batch.tp)
+        if dq is None:
+            dq = self._queues[batch.tp] = deque()
+        index = _retry_position(dq, batch)
+        for offset, piece in enumerate(pieces):
+            dq.insert(index + offset, piece)
+            self._incomplete.add(piece)
+        self._incomplete.discard(batch)
+        batch.reserved_bytes = 0
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """A batch completed: forget it and return its bytes to the budget."""
@@ -431,3 +454,27 @@ class RecordAccumulator:
             batch.fail(error, aborted=True)
             self.deallocate(batch)
         return aborted
+
+
+def _retry_position(dq: deque[ProducerBatch], batch: ProducerBatch) -> int:
+    """Where a batch that comes back for a retry goes in its partition's queue.
+
+    Several batches of a partition can come back (one failed request, or several); they are
+    kept in sequence order with idempotence, in creation order without it, so the broker sees
+    them in order again and the head stays the oldest.
+    """
+    if batch.has_sequence:
+        for index, queued in enumerate(dq):
+            if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
+                return index
+        return len(dq)
+    # Batches of one failed request come back one by one: keep them in creation order (the
+    # head is the oldest, which expiry and the partition's order rely on; ``order`` breaks
+    # ties within a millisecond and places split pieces). A fresh batch (never sent; split
+    # pieces count as sent) comes after every one that comes back.
+    key = (batch.created_ms, batch.order)
+    for index, queued in enumerate(dq):
+        fresh = not queued.attempts and queued.drained_ms < 0
+        if fresh or (queued.created_ms, queued.order) > key:
+            return index
+    return len(dq)

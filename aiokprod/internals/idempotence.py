@@ -203,9 +203,14 @@ class IdempotenceState:
                 # Not the next expected batch: an earlier batch's failure or retry caused
                 # this; it resolves when that one is resent.
                 return Verdict.RETRY
-            if not state.unresolved or batch.base_sequence in state.after_expired:
+            if not state.unresolved or (
+                batch.base_sequence in state.after_expired and not _live_before(state, batch)
+            ):
                 # A real gap: the broker has everything before this batch and not it, so
                 # neither it nor anything after it was appended: renumber under a new epoch.
+                # (Behind an expired batch this holds only once no earlier batch is still
+                # unacknowledged: the pieces of a split batch share their creation time, so
+                # one may expire while the piece before it is still in flight.)
                 self._request_bump(batch.tp)
             return Verdict.RETRY
         return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
@@ -233,6 +238,33 @@ class IdempotenceState:
             self._request_bump(batch.tp)
         elif may_retry and isinstance(error, BrokerError):
             state.gap = True
+
+    def on_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """A stamped batch refused as too large was split into ``pieces`` (in record order).
+
+        The broker did not append it (MESSAGE_TOO_LARGE is checked before any sequence), so
+        its sequence range is free: the pieces take it over in order, under its producer id
+        and epoch (Java: ``ProducerBatch.split``, each piece's base sequence is the batch's
+        plus the records before it), and take its place in the partition's unacknowledged
+        list. No gap and no duplicate: the broker sees the same sequences, only in smaller
+        batches. Batches sent after it and answered OUT_OF_ORDER_SEQUENCE_NUMBER (the broker
+        still waits for the range) are not the next expected sequence, so :meth:`on_error`
+        retries them, and they go after the pieces (:meth:`can_drain`: lowest first).
+        A piece of a renumbered batch counts as renumbered too (``sequence_reset``).
+        """
+        sequence = batch.base_sequence
+        for piece in pieces:
+            piece.stamp(batch.producer_id, batch.producer_epoch, sequence)
+            piece.sequence_reset = batch.sequence_reset
+            sequence = increment_sequence(sequence, piece.record_count)
+        state = self._partitions.get(batch.tp)
+        if state is None:  # pragma: no cover - a stamped batch's partition has state
+            return
+        for i, queued in enumerate(state.in_flight):
+            if queued is batch:
+                state.in_flight[i : i + 1] = pieces
+                return
+        state.in_flight.extend(pieces)  # pragma: no cover - a live stamped batch is listed
 
     def on_expired(self, batch: ProducerBatch, *, outstanding: bool) -> None:
         """A stamped batch reached its delivery timeout (its records fail with a timeout).
@@ -351,6 +383,16 @@ class IdempotenceState:
         """Whether an expired batch's outcome is still unknown for ``tp``."""
         state = self._partitions.get(tp)
         return state is not None and state.unresolved
+
+
+def _live_before(state: PartitionSequences, batch: ProducerBatch) -> bool:
+    """Whether an unexpired batch with an earlier sequence than ``batch`` awaits an ack."""
+    for queued in state.in_flight:
+        if queued is batch:
+            return False
+        if queued.final_state is None:
+            return True
+    return False
 
 
 def _remove(batches: list[ProducerBatch], batch: ProducerBatch) -> None:

@@ -36,6 +36,7 @@ from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
 from aiokprod.internals.producer_id import ProducerIdManager
+from aiokprod.internals.split import should_split, split_refused
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
 from aiokprod.logs import get_logger
@@ -352,6 +353,10 @@ class Sender:
                 appended = isinstance(exc, DuplicateSequenceNumberError)
                 idem.on_late_outcome(batch, appended=appended)
             return
+        forced = self._force_error is not None
+        if should_split(batch, exc, now_ms, self._config.delivery_timeout_ms, forced=forced):
+            self._split(batch, exc, now_ms)
+            return
         if idem is not None and batch.has_sequence:
             verdict = idem.on_error(batch, exc)
         elif isinstance(exc, DuplicateSequenceNumberError):
@@ -384,6 +389,20 @@ class Sender:
         self._acc.reenqueue(batch, now_ms, wait)
         self._stats.on_retry(batch, now_ms)
         log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
+
+    def _split(self, batch: ProducerBatch, exc: BaseException, now_ms: int) -> None:
+        """Refused as too large: its records go back in smaller batches (internals/split.py)."""
+        pieces = split_refused(batch, self._acc, self._idem, now_ms)
+        if batch.handles and self._interceptors:
+            # Its handles complete when the last piece does: the interceptors hear then.
+            batch.result.add_callback(self._notify_interceptors, batch)
+        self._stats.on_split(batch, now_ms)
+        log.warning(
+            "batch too large for the broker, split",
+            tp=batch.tp,
+            pieces=[p.record_count for p in pieces],
+            error=str(exc),
+        )
 
     def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
         if self._stopping and self._force_error is not None:

@@ -217,6 +217,10 @@ class ProducerStats:
         self._producer.record("record-retry", count, now_ms)
         self._topic(batch.tp.topic).record("record-retry", count, now_ms)
 
+    def on_split(self, batch: ProducerBatch, now_ms: int) -> None:
+        """A batch refused as too large was split (Java: ``batch-split``)."""
+        self._producer.record("batch-split", 1, now_ms)
+
     # --- reading ----------------------------------------------------------------------------
 
     def total(self, name: str) -> float:
@@ -230,6 +234,8 @@ class ProducerStats:
         for name in ("record-send", "record-error", "record-retry"):
             out[f"{name}-rate"] = _rate(g, name, now_ms)
             out[f"{name}-total"] = g.totals.get(name, 0)
+        out["batch-split-rate"] = _rate(g, "batch-split", now_ms)
+        out["batch-split-total"] = g.totals.get("batch-split", 0)
         out["request-rate"] = _rate(g, "request", now_ms)
         out["request-total"] = g.totals.get("request", 0)
         out["response-rate"] = _rate(g, "response", now_ms)

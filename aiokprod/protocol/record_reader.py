@@ -1,8 +1,9 @@
 """Reading v2 record batches back: the decoder of what the builder writes.
 
 The batch and record layout is described once, in :mod:`aiokprod.protocol.records` (the
-builder's module). The producer never reads batches; the reader serves the tests, the
-simulator's broker and the benchmarks. It checks the magic, the length field, the CRC-32C,
+builder's module). The producer reads a batch back only to split one the broker refused as
+too large (``internals/split.py``); the reader also serves the tests, the simulator's broker
+and the benchmarks. It checks the magic, the length field, the CRC-32C,
 the record count against the last offset delta, and every record's framing.
 """
 
