@@ -7,7 +7,8 @@ Produce with Kafka's producer-state rules (:mod:`aiokprod.testing.sim.log`),
 NOT_LEADER_OR_FOLLOWER with KIP-951 current-leader hints and node endpoints (Produce v10+).
 The cluster moves leaders (elections, bumping the leader epoch), stops and restarts brokers
 (also on a new port, which metadata then reports) and, for acks=1, loses writes that had not
-reached a follower when leadership moves.
+reached a follower when leadership moves. A topic may have a ``max.message.bytes``: larger
+batches are refused with MESSAGE_TOO_LARGE.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
 NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 CORRUPT_MESSAGE = 2
@@ -151,6 +153,8 @@ class SimCluster:
                 replicas = [ids[(p + j) % len(ids)] for j in range(rf)]
                 self.partitions[name, p] = SimPartition(name, p, replicas, replicas[0])
         self.topics = dict(topics)
+        #: Per topic, the largest batch accepted (``max.message.bytes``); none: no limit.
+        self.max_message_bytes: dict[str, int] = {}
         #: Protocol violations by the client (a malformed request, a corrupt batch).
         self.violations: list[str] = []
         self._views: list[tuple[int, _View]] = []
@@ -416,6 +420,9 @@ class SimCluster:
             self.violations.append(f"Produce {topic}-{index}: {len(batches)} batches or bad flags")
             return answer(INVALID_RECORD)
         batch = batches[0]
+        if self._too_large(part, batch, len(records)):
+            self.trace(f"produce {topic}-{index}: {len(records)} bytes, MESSAGE_TOO_LARGE")
+            return answer(MESSAGE_TOO_LARGE, message="the batch is larger than max.message.bytes")
         rejection = self._injected_rejection(part, batch, version, answer, now_ms)
         if rejection is not None:
             return rejection
@@ -431,6 +438,20 @@ class SimCluster:
             if acks == -1 and self.faults.roll(("apply_timeout",), now_ms):
                 return answer(REQUEST_TIMED_OUT)
         return answer(result.error_code, result.base_offset, result.message)
+
+    def _too_large(self, part: SimPartition, batch: RecordBatch, size: int) -> bool:
+        """Whether the topic's ``max.message.bytes`` refuses this batch.
+
+        Kafka checks the size before the producer state. Here the limit applies only where
+        the producer has state on the partition (or is not idempotent), as the injected
+        rejections do: without state a 4.x broker accepts the next in-flight batch with any
+        sequence, so a later batch would land before the refused one's pieces, which no
+        client avoids (Java's included; docs/delivery-guarantees.md).
+        """
+        limit = self.max_message_bytes.get(part.topic)
+        if limit is None or size <= limit:
+            return False
+        return batch.producer_id < 0 or batch.producer_id in part.log.producers
 
     def _injected_rejection(
         self,

@@ -99,7 +99,9 @@ def run_seed(seed: int, *, keep_trace: bool = False) -> RunResult:
         random.Random(rng.getrandbits(64)), workload.horizon_ms(), workload.nodes
     )
     world = SimWorld(
-        random.Random(rng.getrandbits(64)), Topology(workload.nodes, workload.topics), schedule
+        random.Random(rng.getrandbits(64)),
+        Topology(workload.nodes, workload.topics, workload.max_message_bytes),
+        schedule,
     )
     producer_rng = random.Random(rng.getrandbits(64))
     recorder = Recorder(world.now_ms)

@@ -56,6 +56,8 @@ class Workload:
     close_timeout_s: float | None
     #: Sends started right before close() (they may race with it).
     racing_sends: int
+    #: Topics whose brokers refuse batches larger than this (``max.message.bytes``).
+    max_message_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def idempotent(self) -> bool:
@@ -79,6 +81,7 @@ class Workload:
         return (
             f"  nodes={self.nodes} topics={self.topics}\n  options={self.options}\n"
             f"  ops={kinds} close_timeout={self.close_timeout_s} racing={self.racing_sends}"
+            f"\n  max_message_bytes={self.max_message_bytes}"
         )
 
 
@@ -132,7 +135,11 @@ def draw_workload(rng: random.Random) -> Workload:
             ops.append(Op("sleep", ms=rng.choice((0, 1, 5, 20, 100, 500))))
     close_timeout = rng.choice((None, None, None, 0.0, 0.5, 3.0))
     racing = rng.choice((0, 0, 0, 1, 3))
-    return Workload(nodes, topics, options, ops, close_timeout, racing)
+    # Drawn last, so the draws above are what they were before topics had limits. A record
+    # here takes at most ~110 bytes alone in a batch: every limit lets a lone record pass,
+    # and batches of several records are refused and split (issue 13).
+    limits = {name: rng.choice((200, 400, 1000)) for name in names if rng.random() < 0.25}
+    return Workload(nodes, topics, options, ops, close_timeout, racing, limits)
 
 
 @dataclass(slots=True)

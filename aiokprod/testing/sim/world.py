@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.faults import FaultSchedule
@@ -18,6 +18,8 @@ class Topology:
 
     nodes: int
     topics: dict[str, int]
+    #: Topics with a ``max.message.bytes`` (larger batches are refused MESSAGE_TOO_LARGE).
+    max_message_bytes: dict[str, int] = field(default_factory=dict)
 
 
 class SimWorld:
@@ -45,6 +47,7 @@ class SimWorld:
             faults=self.faults,
             trace=self.trace,
         )
+        self.cluster.max_message_bytes.update(topology.max_message_bytes)
         self.network = SimNetwork(
             self.loop,
             self.cluster,
