@@ -178,6 +178,7 @@ class ProducerRuntime:
                     force_tv1=self.force_transaction_v1,
                 )
             self.appender.wakeup = sender.wakeup
+            self.appender.schedule = sender.reschedule
             tg.start_soon(sender.run)
             ready.set_result(None)
             await sender.wait_stopped()

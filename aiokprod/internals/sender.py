@@ -57,6 +57,11 @@ log = get_logger("aiokprod.sender")
 IN_FLIGHT_EXPIRY_SCAN_MS = 50
 
 
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Sender:
     """Owns the send loop and everything it drives.
 
@@ -101,7 +106,12 @@ class Sender:
         self._spawn = spawn
         self._stats = stats
         self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
-        self._wake = asyncio.Event()
+        #: Set by wakeup(): a pass is due even if the loop was about to sleep.
+        self._wake_requested = False
+        #: While the loop sleeps: the future it awaits, its timer, and when the timer fires.
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_pass_ms = 0
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
         self._stopping = False
@@ -139,25 +149,57 @@ class Sender:
 
     def wakeup(self) -> None:
         """Make the loop run a pass soon (cheap if it is already awake)."""
-        self._wake.set()
+        self._wake_requested = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def reschedule(self, now_ms: int, delay_ms: int) -> None:
+        """A pass ran outside the loop (``send_and_wait``): bring the loop's timer forward.
+
+        Cheaper than :meth:`wakeup` (no extra pass): if the loop sleeps past the deadline
+        that pass found (``delay_ms`` from ``now_ms``), only its timer moves.
+        """
+        deadline_ms = now_ms + delay_ms
+        if self._waiter is None or deadline_ms >= self._next_pass_ms:
+            return  # awake (it will run a pass anyway), or already due by then
+        if self._timer is not None:
+            self._timer.cancel()
+        self._next_pass_ms = deadline_ms
+        self._timer = asyncio.get_running_loop().call_later(
+            max(delay_ms, 0) / 1000, _resolve, self._waiter
+        )
 
     async def run(self) -> None:
-        """Run passes until stopped and nothing is left to send or await."""
-        wake = self._wake
+        """Run passes until stopped and nothing is left to send or await.
+
+        Between passes the loop sleeps on a future of its own with one timer (not an
+        ``asyncio.Event`` inside ``asyncio.timeout``: this runs once per request).
+        """
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                wake.clear()
-                delay_ms = self.run_once(self._clock.monotonic_ms())
+                self._wake_requested = False
+                now_ms = self._clock.monotonic_ms()
+                delay_ms = self.run_once(now_ms)
                 if self._stopping and not self._acc.has_incomplete():
                     return
-                if wake.is_set() or delay_ms <= 0:
+                if self._wake_requested or delay_ms <= 0:
                     await asyncio.sleep(0)
                     continue
+                delay_ms = min(delay_ms, 3_600_000)
+                waiter = self._waiter = loop.create_future()
+                self._next_pass_ms = now_ms + delay_ms
+                self._timer = loop.call_later(delay_ms / 1000, _resolve, waiter)
                 try:
-                    async with asyncio.timeout(min(delay_ms, 3_600_000) / 1000):
-                        await wake.wait()
-                except TimeoutError:
-                    pass
+                    await waiter
+                finally:
+                    self._waiter = None
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
         finally:
             self._stopped.set()
 
@@ -292,6 +334,7 @@ class Sender:
         endpoints = {
             e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
         }
+        failed = False
         for topic in body.responses:
             for part in topic.partition_responses:
                 tp = TopicPartition(topic.name, part.index)
@@ -317,13 +360,19 @@ class Sender:
                         batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
                     )
                 self._on_batch_error(batch, exc, now_ms, record_errors, leader_moved=moved)
+                failed = True
         for batch in by_tp.values():
             self._on_batch_error(
                 batch,
                 KafkaConnectionError("the broker's response left out this partition"),
                 now_ms,
             )
-        self.wakeup()
+            failed = True
+        # A pass is needed when something can go now (queued batches: an in-flight slot or a
+        # muted partition was freed), after a failure (retries, idempotence), or to finish a
+        # close. Otherwise (the answer to a lone send_and_wait) the loop sleeps on.
+        if failed or self._stopping or self._acc.has_undrained():
+            self.wakeup()
 
     def _on_batch_success(self, batch: ProducerBatch, base_offset: int, append_ms: int) -> None:
         if batch.final_state is not None:
