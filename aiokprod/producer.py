@@ -404,7 +404,7 @@ class Producer(ProducerLifecycle):
                 if self._runner is not None:
                     self._runner.cancel()
                 raise self._not_running() from exc
-            sender.reschedule(now_ms, delay_ms)  # the sender task's next pass, if earlier
+            sender.pass_timer.reschedule(now_ms, delay_ms)  # moves the sender task's timer
         return await delivery
 
     async def flush(self, timeout: float | None = None) -> None:

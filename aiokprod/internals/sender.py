@@ -35,6 +35,7 @@ from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
+from aiokprod.internals.pass_timer import PassTimer
 from aiokprod.internals.producer_id import ProducerIdManager
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
@@ -55,11 +56,6 @@ log = get_logger("aiokprod.sender")
 
 #: How often in-flight batches are checked against the delivery timeout.
 IN_FLIGHT_EXPIRY_SCAN_MS = 50
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class Sender:
@@ -106,12 +102,8 @@ class Sender:
         self._spawn = spawn
         self._stats = stats
         self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
-        #: Set by wakeup(): a pass is due even if the loop was about to sleep.
-        self._wake_requested = False
-        #: While the loop sleeps: the future it awaits, its timer, and when the timer fires.
-        self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._next_pass_ms = 0
+        #: When the loop runs its next pass (wakeups, the timer).
+        self.pass_timer = PassTimer()
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
         self._stopping = False
@@ -149,57 +141,19 @@ class Sender:
 
     def wakeup(self) -> None:
         """Make the loop run a pass soon (cheap if it is already awake)."""
-        self._wake_requested = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def reschedule(self, now_ms: int, delay_ms: int) -> None:
-        """A pass ran outside the loop (``send_and_wait``): bring the loop's timer forward.
-
-        Cheaper than :meth:`wakeup` (no extra pass): if the loop sleeps past the deadline
-        that pass found (``delay_ms`` from ``now_ms``), only its timer moves.
-        """
-        deadline_ms = now_ms + delay_ms
-        if self._waiter is None or deadline_ms >= self._next_pass_ms:
-            return  # awake (it will run a pass anyway), or already due by then
-        if self._timer is not None:
-            self._timer.cancel()
-        self._next_pass_ms = deadline_ms
-        self._timer = asyncio.get_running_loop().call_later(
-            max(delay_ms, 0) / 1000, _resolve, self._waiter
-        )
+        self.pass_timer.wakeup()
 
     async def run(self) -> None:
-        """Run passes until stopped and nothing is left to send or await.
-
-        Between passes the loop sleeps on a future of its own with one timer (not an
-        ``asyncio.Event`` inside ``asyncio.timeout``: this runs once per request).
-        """
-        loop = asyncio.get_running_loop()
+        """Run passes until stopped and nothing is left to send or await."""
+        timer = self.pass_timer
         try:
             while True:
-                self._wake_requested = False
+                timer.wake_requested = False
                 now_ms = self._clock.monotonic_ms()
                 delay_ms = self.run_once(now_ms)
                 if self._stopping and not self._acc.has_incomplete():
                     return
-                if self._wake_requested or delay_ms <= 0:
-                    await asyncio.sleep(0)
-                    continue
-                delay_ms = min(delay_ms, 3_600_000)
-                waiter = self._waiter = loop.create_future()
-                self._next_pass_ms = now_ms + delay_ms
-                self._timer = loop.call_later(delay_ms / 1000, _resolve, waiter)
-                try:
-                    await waiter
-                finally:
-                    self._waiter = None
-                    if self._timer is not None:
-                        self._timer.cancel()
-                        self._timer = None
+                await timer.sleep(now_ms, min(delay_ms, 3_600_000))
         finally:
             self._stopped.set()
 
