@@ -395,15 +395,16 @@ class Producer(ProducerLifecycle):
             # Run a sender pass right here instead of waking the sender task and waiting
             # for it to be scheduled: the request is written one event-loop turn sooner.
             # run_once is synchronous, so it cannot interleave with the sender task's pass.
+            now_ms = self._clock.monotonic_ms()
             try:
-                sender.run_once(self._clock.monotonic_ms())
+                delay_ms = sender.run_once(now_ms)
             except Exception as exc:
                 # A bug in a pass is a crash of the producer, whichever task ran the pass.
                 self._on_crash(exc)
                 if self._runner is not None:
                     self._runner.cancel()
                 raise self._not_running() from exc
-            sender.wakeup()  # let the sender task recompute its next deadline
+            sender.pass_timer.reschedule(now_ms, delay_ms)  # moves the sender task's timer
         return await delivery
 
     async def flush(self, timeout: float | None = None) -> None:

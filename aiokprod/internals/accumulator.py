@@ -218,6 +218,20 @@ class RecordAccumulator:
 
     # --- sending decisions ------------------------------------------------------------------
 
+    def sendable_now(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s queue is ready without waiting out ``linger_ms``.
+
+        As in :meth:`ready`: an older batch is queued (the one that just filled), the buffer
+        has waiters, or a flush or close is in progress.
+        """
+        dq = self._queues.get(tp)
+        return (
+            (dq is not None and len(dq) > 1)
+            or self.budget.has_waiters
+            or self._flushes_in_progress > 0
+            or self._closing
+        )
+
     def ready(self, cluster: ClusterSnapshot, now_ms: int) -> ReadyResult:
         """Which leaders have a sendable partition, and when to look again.
 

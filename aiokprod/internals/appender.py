@@ -75,6 +75,9 @@ class RecordAppender:
         self._check_running = check_running
         #: Wakes the sender (a new or full batch); set once the sender exists.
         self.wakeup: Callable[[], None] = _no_wakeup
+        #: ``schedule(now_ms, delay_ms)``: a pass is needed by then (the sender's timer moves
+        #: if it sleeps longer; no extra pass as with ``wakeup``).
+        self.schedule: Callable[[int, int], None] = _no_schedule
         self._tps: dict[str, tuple[TopicPartition, ...]] = {}
 
     # --- shared pieces ----------------------------------------------------------------------
@@ -160,7 +163,11 @@ class RecordAppender:
         batch, index, size = appended
         if sticky is not None:
             sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
-        self.wakeup()
+        if batch.is_full or acc.sendable_now(tp):
+            self.wakeup()
+        else:
+            # The new batch is ready when it has lingered: the sender must look by then.
+            self.schedule(batch.created_ms, acc.linger_ms)
         return batch, index
 
     # --- many records -----------------------------------------------------------------------
@@ -407,6 +414,10 @@ def _append_with_headers(
         if builder.full:
             break
     return NO_LEFTOVER
+
+
+def _no_schedule(now_ms: int, delay_ms: int) -> None:
+    return None
 
 
 def _no_wakeup() -> None:

@@ -203,6 +203,13 @@ class IdempotenceState:
                 # Not the next expected batch: an earlier batch's failure or retry caused
                 # this; it resolves when that one is resent.
                 return Verdict.RETRY
+            if not state.unresolved and self._may_have_later(state, batch):
+                # Refused though it is the first batch the broker should expect, while a
+                # later batch of ours was sent and nothing was acknowledged yet: a broker with
+                # no state for this producer accepts any first sequence, so that later batch
+                # may be in the log already. This one can no longer be written in order: it
+                # fails (as in Java), and on_failure settles the later ones in gap mode.
+                return Verdict.FAIL
             if not state.unresolved or (
                 batch.base_sequence in state.after_expired and not _live_before(state, batch)
             ):
@@ -233,8 +240,11 @@ class IdempotenceState:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
+        later = self._may_have_later(state, batch)
         _remove(state.in_flight, batch)
-        if isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)):
+        if isinstance(error, OutOfOrderSequenceNumberError) and later:
+            state.gap = True  # see on_error: the later batches are resent under own stamps
+        elif isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)):
             self._request_bump(batch.tp)
         elif may_retry and isinstance(error, BrokerError):
             state.gap = True
@@ -301,6 +311,21 @@ class IdempotenceState:
         state = self._partitions.get(batch.tp)
         if state is not None:
             _remove(state.in_flight, batch)
+
+    @staticmethod
+    def _may_have_later(state: PartitionSequences, batch: ProducerBatch) -> bool:
+        """Whether a batch after ``batch`` may be in the log though ``batch`` is not.
+
+        Only when the broker may have no state for this producer (nothing acknowledged in
+        this epoch yet: it then accepts any first sequence) and a later batch was sent
+        (every batch in ``in_flight`` has been stamped, so sent at least once).
+        """
+        return (
+            state.last_acked_sequence < 0
+            and (batch.producer_id, batch.producer_epoch)
+            == (state.producer_id, state.producer_epoch)
+            and any(b is not batch for b in state.in_flight)
+        )
 
     def resolve_sequences(self) -> None:
         """Settle unresolved partitions that have nothing in flight any more.

@@ -177,7 +177,8 @@ class ProducerRuntime:
                     rng=self.rng,
                     force_tv1=self.force_transaction_v1,
                 )
-            self.appender.wakeup = sender.wakeup
+            self.appender.wakeup = sender.pass_timer.wakeup
+            self.appender.schedule = sender.pass_timer.reschedule
             tg.start_soon(sender.run)
             ready.set_result(None)
             await sender.wait_stopped()

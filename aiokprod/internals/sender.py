@@ -35,6 +35,7 @@ from aiokprod.internals.idempotence import IdempotenceState, Verdict
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
+from aiokprod.internals.pass_timer import PassTimer
 from aiokprod.internals.producer_id import ProducerIdManager
 from aiokprod.internals.split import should_split, split_refused
 from aiokprod.internals.stats import ProducerStats
@@ -102,7 +103,8 @@ class Sender:
         self._spawn = spawn
         self._stats = stats
         self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
-        self._wake = asyncio.Event()
+        #: When the loop runs its next pass (wakeups, the timer).
+        self.pass_timer = PassTimer()
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
         self._stopping = False
@@ -140,25 +142,19 @@ class Sender:
 
     def wakeup(self) -> None:
         """Make the loop run a pass soon (cheap if it is already awake)."""
-        self._wake.set()
+        self.pass_timer.wakeup()
 
     async def run(self) -> None:
         """Run passes until stopped and nothing is left to send or await."""
-        wake = self._wake
+        timer = self.pass_timer
         try:
             while True:
-                wake.clear()
-                delay_ms = self.run_once(self._clock.monotonic_ms())
+                timer.wake_requested = False
+                now_ms = self._clock.monotonic_ms()
+                delay_ms = self.run_once(now_ms)
                 if self._stopping and not self._acc.has_incomplete():
                     return
-                if wake.is_set() or delay_ms <= 0:
-                    await asyncio.sleep(0)
-                    continue
-                try:
-                    async with asyncio.timeout(min(delay_ms, 3_600_000) / 1000):
-                        await wake.wait()
-                except TimeoutError:
-                    pass
+                await timer.sleep(now_ms, min(delay_ms, 3_600_000))
         finally:
             self._stopped.set()
 
@@ -293,6 +289,7 @@ class Sender:
         endpoints = {
             e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
         }
+        failed = False
         for topic in body.responses:
             for part in topic.partition_responses:
                 tp = TopicPartition(topic.name, part.index)
@@ -318,13 +315,19 @@ class Sender:
                         batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
                     )
                 self._on_batch_error(batch, exc, now_ms, record_errors, leader_moved=moved)
+                failed = True
         for batch in by_tp.values():
             self._on_batch_error(
                 batch,
                 KafkaConnectionError("the broker's response left out this partition"),
                 now_ms,
             )
-        self.wakeup()
+            failed = True
+        # A pass is needed when something can go now (queued batches: an in-flight slot or a
+        # muted partition was freed), after a failure (retries, idempotence), or to finish a
+        # close. Otherwise (the answer to a lone send_and_wait) the loop sleeps on.
+        if failed or self._stopping or self._acc.has_undrained():
+            self.wakeup()
 
     def _on_batch_success(self, batch: ProducerBatch, base_offset: int, append_ms: int) -> None:
         if batch.final_state is not None:

@@ -29,14 +29,17 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
 class Windowed:
     """A sampled statistic: count, sum and max per 30 s sample, the last two kept."""
 
-    __slots__ = ("_samples",)
+    __slots__ = ("_samples", "total")
 
     def __init__(self) -> None:
         #: [start_ms, count, total, max] per sample, oldest first.
         self._samples: list[list[float]] = []
+        #: The sum of every observation since start (the ``*-total`` metrics).
+        self.total: float = 0
 
     def record(self, value: float, now_ms: int) -> None:
         """Add one observation of ``value`` at ``now_ms``."""
+        self.total += value
         samples = self._samples
         if not samples or now_ms - samples[-1][0] >= WINDOW_MS:
             samples.append([now_ms, 0, 0.0, -math.inf])
@@ -115,14 +118,21 @@ class _Group:
     """Windowed statistics and totals of one metric group (producer, a topic or a node)."""
 
     stats: dict[str, Windowed] = field(default_factory=dict)
-    totals: dict[str, float] = field(default_factory=dict)
 
-    def record(self, name: str, value: float, now_ms: int) -> None:
+    def stat(self, name: str) -> Windowed:
+        """The statistic ``name`` (created empty on first use)."""
         stat = self.stats.get(name)
         if stat is None:
             stat = self.stats[name] = Windowed()
-        stat.record(value, now_ms)
-        self.totals[name] = self.totals.get(name, 0) + value
+        return stat
+
+    def record(self, name: str, value: float, now_ms: int) -> None:
+        self.stat(name).record(value, now_ms)
+
+    def total(self, name: str) -> float:
+        """The sum since start of ``name`` (0 if never recorded)."""
+        stat = self.stats.get(name)
+        return 0 if stat is None else stat.total
 
 
 class ProducerStats:
@@ -160,10 +170,13 @@ class ProducerStats:
 
     def on_request(self, node: int, batches: list[ProducerBatch], size: int, now_ms: int) -> None:
         """A Produce request with ``batches`` (``size`` bytes) was written to ``node``."""
-        p = self._producer
-        p.record("request", 1, now_ms)
-        p.record("outgoing-byte", size, now_ms)
-        p.record("batch", len(batches), now_ms)
+        # Runs per request: the statistics are looked up once per call, not per record().
+        p = self._producer.stat
+        p("request").record(1, now_ms)
+        p("outgoing-byte").record(size, now_ms)
+        p("batch").record(len(batches), now_ms)
+        batch_size, record_size = p("batch-size"), p("record-size")
+        compression_rate, queue_time = p("compression-rate"), p("record-queue-time")
         records = 0
         for batch in batches:
             closed = batch.closed
@@ -171,21 +184,21 @@ class ProducerStats:
                 continue
             count = closed.record_count
             records += count
-            p.record("batch-size", closed.size_in_bytes, now_ms)
-            p.record("record-size", closed.uncompressed_size / max(count, 1), now_ms)
+            batch_size.record(closed.size_in_bytes, now_ms)
+            record_size.record(closed.uncompressed_size / max(count, 1), now_ms)
             ratio = closed.size_in_bytes / max(closed.uncompressed_size, 1)
-            p.record("compression-rate", ratio, now_ms)
+            compression_rate.record(ratio, now_ms)
             topic = self._topic(batch.tp.topic)
             topic.record("byte", closed.size_in_bytes, now_ms)
             topic.record("compression-rate", ratio, now_ms)
             if batch.attempts == 0:
                 queued = now_ms - batch.created_ms
-                p.record("record-queue-time", queued, now_ms)
+                queue_time.record(queued, now_ms)
                 self._latency(self.record_queue_time, "record-queue-time-ms", queued)
-        p.record("records-per-request", records, now_ms)
-        n = self._node(node)
-        n.record("request", 1, now_ms)
-        n.record("outgoing-byte", size, now_ms)
+        p("records-per-request").record(records, now_ms)
+        n = self._node(node).stat
+        n("request").record(1, now_ms)
+        n("outgoing-byte").record(size, now_ms)
 
     def on_response(self, node: int, latency_ms: int, throttle_ms: int, now_ms: int) -> None:
         """``node`` answered a Produce request after ``latency_ms``."""
@@ -225,7 +238,7 @@ class ProducerStats:
 
     def total(self, name: str) -> float:
         """A producer-wide total since start (0 if never recorded)."""
-        return self._producer.totals.get(name, 0)
+        return self._producer.total(name)
 
     def producer_metrics(self, now_ms: int) -> dict[str, float]:
         """The ``producer-metrics`` group (Java names), rates per second."""
@@ -233,15 +246,15 @@ class ProducerStats:
         out: dict[str, float] = {}
         for name in ("record-send", "record-error", "record-retry"):
             out[f"{name}-rate"] = _rate(g, name, now_ms)
-            out[f"{name}-total"] = g.totals.get(name, 0)
+            out[f"{name}-total"] = g.total(name)
         out["batch-split-rate"] = _rate(g, "batch-split", now_ms)
-        out["batch-split-total"] = g.totals.get("batch-split", 0)
+        out["batch-split-total"] = g.total("batch-split")
         out["request-rate"] = _rate(g, "request", now_ms)
-        out["request-total"] = g.totals.get("request", 0)
+        out["request-total"] = g.total("request")
         out["response-rate"] = _rate(g, "response", now_ms)
-        out["response-total"] = g.totals.get("response", 0)
+        out["response-total"] = g.total("response")
         out["outgoing-byte-rate"] = _rate(g, "outgoing-byte", now_ms)
-        out["outgoing-byte-total"] = g.totals.get("outgoing-byte", 0)
+        out["outgoing-byte-total"] = g.total("outgoing-byte")
         for name in (
             "request-latency",
             "batch-size",
@@ -261,14 +274,14 @@ class ProducerStats:
         for topic, g in self._topics.items():
             out[topic] = {
                 "record-send-rate": _rate(g, "record-send", now_ms),
-                "record-send-total": g.totals.get("record-send", 0),
+                "record-send-total": g.total("record-send"),
                 "byte-rate": _rate(g, "byte", now_ms),
-                "byte-total": g.totals.get("byte", 0),
+                "byte-total": g.total("byte"),
                 "compression-rate": _avg(g, "compression-rate", now_ms),
                 "record-retry-rate": _rate(g, "record-retry", now_ms),
-                "record-retry-total": g.totals.get("record-retry", 0),
+                "record-retry-total": g.total("record-retry"),
                 "record-error-rate": _rate(g, "record-error", now_ms),
-                "record-error-total": g.totals.get("record-error", 0),
+                "record-error-total": g.total("record-error"),
             }
         return out
 
@@ -278,11 +291,11 @@ class ProducerStats:
         for node, g in self._nodes.items():
             out[node] = {
                 "request-rate": _rate(g, "request", now_ms),
-                "request-total": g.totals.get("request", 0),
+                "request-total": g.total("request"),
                 "response-rate": _rate(g, "response", now_ms),
-                "response-total": g.totals.get("response", 0),
+                "response-total": g.total("response"),
                 "outgoing-byte-rate": _rate(g, "outgoing-byte", now_ms),
-                "outgoing-byte-total": g.totals.get("outgoing-byte", 0),
+                "outgoing-byte-total": g.total("outgoing-byte"),
                 "request-latency-avg": _avg(g, "request-latency", now_ms),
                 "request-latency-max": _max(g, "request-latency", now_ms),
             }

@@ -45,7 +45,7 @@ from aiokprod.testing.releases import (
     kafka_release,
 )
 
-DEFAULT_KAFKA_VERSION = "4.3.1"
+DEFAULT_KAFKA_VERSION = "4.4.0"
 """Kafka version used when ``AIOKPROD_KAFKA_VERSION`` is not set."""
 
 VERSION_ENV = "AIOKPROD_KAFKA_VERSION"

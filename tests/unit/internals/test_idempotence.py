@@ -231,11 +231,13 @@ def test_an_old_epoch_success_does_not_move_the_new_epoch_ack() -> None:
     fresh = send(state, new_batch(TP))
     assert stamp_of(fresh) == (PID, 1, 0)
     second = send(state, new_batch(TP))
-    # fresh is the next expected (last acked -1 under epoch 1): an OOOSN for it is a gap...
+    # second is not the next expected one (last acked -1 under epoch 1): a plain retry...
     assert state.on_error(second, OOOSN) is Verdict.RETRY
-    assert not state.epoch_bump_required  # ...and second is not the next expected one.
-    state.on_error(fresh, OOOSN)
-    assert state.epoch_bump_required
+    assert not state.epoch_bump_required
+    # ...and fresh is: refused while second was sent and nothing is acknowledged under
+    # epoch 1, it fails (second may be in the log: see
+    # test_out_of_order_for_the_first_batch_while_a_later_one_may_be_written_fails_it).
+    assert state.on_error(fresh, OOOSN) is Verdict.FAIL
 
 
 def test_new_batches_wait_while_the_partition_is_unresolved() -> None:
@@ -313,6 +315,37 @@ def test_out_of_order_for_the_next_batch_bumps_and_rewrites_the_partition() -> N
     assert state.on_error(after, OOOSN) is Verdict.RETRY
     assert state.on_error(gap, OOOSN) is Verdict.RETRY
     assert not state.epoch_bump_required
+
+
+def test_out_of_order_for_the_first_batch_while_a_later_one_may_be_written_fails_it() -> None:
+    # Simulator seed 22719: b0's answer was lost; the leader moved to a broker with no state
+    # for this producer, which took b1 (sequence 1) as its first batch; b0's retry is then
+    # refused. Renumbering both under a new epoch would write b1 twice and put b0 after it.
+    state = ready_state(epoch=0)
+    b0 = send(state, new_batch(TP, records=1))
+    b1 = send(state, new_batch(TP, records=1))
+    assert state.on_error(b0, OOOSN) is Verdict.FAIL
+    b0.fail(OOOSN)
+    state.on_failure(b0, OOOSN, may_retry=True)
+    # No bump yet: b1 is resent under its own stamp to learn whether it was written.
+    state.resolve_sequences()
+    assert not state.epoch_bump_required
+    assert state.can_drain(b1)
+    assert not state.can_drain(new_batch(TP))
+    assert state.on_error(b1, DuplicateSequenceNumberError()) is Verdict.DUPLICATE
+    complete(state, b1)
+    assert stamp_of(b1) == (PID, 0, 1)  # never renumbered
+    # Settled: the partition moves to a new epoch for what comes next.
+    bump(state)
+    assert stamp_of(send(state, new_batch(TP))) == (PID, 1, 0)
+
+
+def test_out_of_order_for_the_first_batch_alone_is_retried_under_a_new_epoch() -> None:
+    state = ready_state(epoch=0)
+    b0 = send(state, new_batch(TP, records=1))
+    assert state.on_error(b0, OOOSN) is Verdict.RETRY
+    bump(state)
+    assert stamp_of(b0) == (PID, 1, 0)
 
 
 def test_unknown_producer_id_bumps_unless_the_batch_was_already_renumbered() -> None:
@@ -452,6 +485,7 @@ def test_a_failure_with_no_retries_left_does_not_bump() -> None:
 @pytest.mark.parametrize("error", [OOOSN, UNKNOWN_PID], ids=["oosn", "unknown-pid"])
 def test_a_sequence_failure_bumps_even_without_retries_left(error: BrokerError) -> None:
     state = ready_state()
+    complete(state, send(state, new_batch(TP)))  # the broker has state for us
     b0 = send(state, new_batch(TP))
     b1 = send(state, new_batch(TP))
     b0.fail(error)
