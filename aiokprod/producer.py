@@ -28,11 +28,11 @@ from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.errors import (
     IllegalStateError,
     InvalidArgumentError,
-    KafkaTimeoutError,
 )
 from aiokprod.internals.accumulator import batch_of_one_size
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.bulk import BulkDelivery, bulk_columns, pairs
+from aiokprod.internals.interceptors import on_send
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import murmur2_hasher, murmur3_hasher
 from aiokprod.internals.runtime import ProducerRuntime
@@ -178,9 +178,12 @@ class Producer(ProducerLifecycle):
         if txn is not None:
             txn.check_send()
         if self._interceptors:
-            topic, value, key, partition, timestamp_ms, headers = self._on_send(
-                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            record = on_send(
+                self._interceptors,
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers),
             )
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
         if partition is not None and (
             type(partition) is not int or partition < 0  # bool is not int here either
         ):
@@ -347,25 +350,6 @@ class Producer(ProducerLifecycle):
             raise self._not_running()
         return info
 
-    def _on_send(
-        self, record: ProducerRecord
-    ) -> tuple[str, Any, Any, int | None, int | None, Sequence[Header] | None]:
-        for interceptor in self._interceptors:
-            try:
-                changed = interceptor.on_send(record)
-                if isinstance(changed, ProducerRecord):
-                    record = changed
-            except Exception:
-                log.exception("interceptor on_send raised", interceptor=repr(interceptor))
-        return (
-            record.topic,
-            record.value,
-            record.key,
-            record.partition,
-            record.timestamp_ms,
-            record.headers,
-        )
-
     async def send_and_wait(
         self,
         topic: str,
@@ -421,22 +405,7 @@ class Producer(ProducerLifecycle):
         """
         if not self._running():
             raise self._not_running()
-        acc = self._acc
-        batches = acc.incomplete_batches()
-        acc.begin_flush()
-        self._rt.wakeup()
-        try:
-            async with asyncio.timeout(timeout):
-                for batch in batches:
-                    await batch.result.wait()
-                await asyncio.sleep(0)
-        except TimeoutError:
-            left = sum(b.record_count for b in batches if not b.result.done)
-            raise KafkaTimeoutError(
-                f"flush did not finish within {timeout} s ({left} record(s) outstanding)"
-            ) from None
-        finally:
-            acc.end_flush()
+        await self._rt.flush(timeout)
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic``, waiting up to ``max_block_ms`` for metadata.

@@ -21,7 +21,7 @@ import anyio
 
 from aiokprod.clock import Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import KafkaError, ProducerClosedError
+from aiokprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.appender import RecordAppender
 from aiokprod.internals.budget import ByteBudget
@@ -184,6 +184,29 @@ class ProducerRuntime:
             await sender.wait_stopped()
             pool.close_all()
             tg.cancel_scope.cancel()
+
+    async def flush(self, timeout: float | None) -> None:
+        """Make every queued batch ready now and wait until each ended (``Producer.flush``).
+
+        Raises:
+            KafkaTimeoutError: not done within ``timeout`` seconds.
+        """
+        acc = self.accumulator
+        batches = acc.incomplete_batches()
+        acc.begin_flush()
+        self.wakeup()
+        try:
+            async with asyncio.timeout(timeout):
+                for batch in batches:
+                    await batch.result.wait()
+                await asyncio.sleep(0)
+        except TimeoutError:
+            left = sum(b.record_count for b in batches if not b.result.done)
+            raise KafkaTimeoutError(
+                f"flush did not finish within {timeout} s ({left} record(s) outstanding)"
+            ) from None
+        finally:
+            acc.end_flush()
 
     def wakeup(self) -> None:
         """Wake the sender (a connection changed or metadata arrived)."""

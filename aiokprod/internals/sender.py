@@ -32,6 +32,7 @@ from aiokprod.errors import (
 from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.idempotence import IdempotenceState, Verdict
+from aiokprod.internals.interceptors import on_acknowledgement
 from aiokprod.internals.metadata import BrokerNode, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
@@ -398,7 +399,8 @@ class Sender:
         pieces = split_refused(batch, self._acc, self._idem, now_ms)
         if batch.handles and self._interceptors:
             # Its handles complete when the last piece does: the interceptors hear then.
-            batch.result.add_callback(self._notify_interceptors, batch)
+            notify = functools.partial(on_acknowledgement, self._interceptors)
+            batch.result.add_callback(notify, batch)
         self._stats.on_split(batch, now_ms)
         log.warning(
             "batch too large for the broker, split",
@@ -466,7 +468,7 @@ class Sender:
         if self._idem is not None:
             self._idem.on_success(batch)
         self._stats.on_success(batch, self._clock.monotonic_ms())
-        self._notify_interceptors(batch)
+        on_acknowledgement(self._interceptors, batch)
 
     def _fail(
         self,
@@ -516,21 +518,8 @@ class Sender:
         self._acc.deallocate(batch)
         self._stats.on_failure(batch, self._clock.monotonic_ms())
         log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
-        self._notify_interceptors(batch)
+        on_acknowledgement(self._interceptors, batch)
         return True
-
-    def _notify_interceptors(self, batch: ProducerBatch) -> None:
-        handles = batch.handles
-        if not handles or not self._interceptors:
-            return
-        for handle in handles:
-            error = handle.exception()
-            metadata = None if error is not None else handle.result()
-            for interceptor in self._interceptors:
-                try:
-                    interceptor.on_acknowledgement(metadata, error)
-                except Exception:
-                    log.exception("interceptor on_acknowledgement raised")
 
     def fail_all(self, error: KafkaError) -> None:
         """Fail every incomplete batch, queued or in flight (force close, crash, fatal)."""

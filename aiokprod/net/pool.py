@@ -101,6 +101,8 @@ class ConnectionPool:
         #: Nodes whose failures were reported at WARNING (their recovery is reported too).
         self._failures_logged: dict[int, int] = {}
         self._next_attempt_ms: dict[int, int] = {}
+        #: When each node (or bootstrap address) was last tried, for least_loaded_node.
+        self._last_attempt_ms: dict[int, int] = {}
         self.last_error: dict[int, BaseException] = {}
         #: The latest authentication failure (bad credentials, untrusted certificate), cleared
         #: by the next successful connection; metadata waiters fail fast with it.
@@ -235,7 +237,14 @@ class ConnectionPool:
         nodes = self.known_nodes()
         nodes += [n for n in self._bootstrap if n not in nodes]
         candidates = [n for n in nodes if self.connection_delay_ms(n, now_ms) == 0]
-        return self._rng.choice(candidates) if candidates else None
+        if not candidates:
+            return None
+        # The one tried longest ago (never tried first), at random among equals: a random
+        # pick alone can keep choosing the addresses of a broker that moved while the one
+        # broker that is back waits (simulator seed 36220).
+        last = self._last_attempt_ms
+        oldest = min(last.get(n, -1) for n in candidates)
+        return self._rng.choice([n for n in candidates if last.get(n, -1) == oldest])
 
     def next_attempt_delay_ms(self, now_ms: int) -> int:
         """The shortest wait until some node may be tried again."""
@@ -255,6 +264,7 @@ class ConnectionPool:
             return None
         future = asyncio.get_running_loop().create_future()
         self._connecting[node_id] = future
+        self._last_attempt_ms[node_id] = now_ms
         host, port = address
         conn = BrokerConnection(
             node_id,

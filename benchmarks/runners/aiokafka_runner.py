@@ -14,7 +14,14 @@ import time
 import warnings
 from typing import Any
 
-from benchmarks.runners.common import Outcome, Records, Spec, Window, run_main
+from benchmarks.runners.common import (
+    Outcome,
+    Records,
+    Spec,
+    Window,
+    run_main,
+    throughput_callbacks,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -48,7 +55,7 @@ async def run(spec: Spec, outcome: Outcome) -> None:
         if spec.kind == "latency":
             await _latency(producer, spec, records, outcome)
         elif spec.mode == "callback":
-            await _throughput_callbacks(producer, spec, records, outcome)
+            await throughput_callbacks(producer, spec, records, outcome)
         else:
             await _throughput(producer, spec, records, outcome)
     finally:
@@ -78,45 +85,6 @@ async def _throughput(
         exc = future.exception() if future.done() else RuntimeError("not done after flush")
         if exc is not None:
             outcome.error(exc)
-
-
-async def _throughput_callbacks(
-    producer: AIOKafkaProducer, spec: Spec, records: Records, outcome: Outcome
-) -> None:
-    """The callback pattern: ``(await send(...)).add_done_callback(on_delivery)`` per record,
-    no future kept; the window closes once every callback has run."""
-    keys, values = records.lists(spec.records)
-    topic = spec.topic
-    send = producer.send
-    done = 0
-    errors: list[BaseException] = []
-
-    def on_delivery(future: Any) -> None:
-        nonlocal done
-        done += 1
-        exc = future.exception()
-        if exc is not None:
-            errors.append(exc)
-
-    window = Window()
-    window.start()
-    if keys is None:
-        for value in values:
-            (await send(topic, value)).add_done_callback(on_delivery)
-    else:
-        for key, value in zip(keys, values, strict=True):
-            (await send(topic, value, key=key)).add_done_callback(on_delivery)
-    await producer.flush()
-    for _ in range(1000):  # callbacks scheduled with call_soon run within a few loop turns
-        if done == spec.records:
-            break
-        await asyncio.sleep(0)
-    window.stop(outcome)
-    outcome.sent = spec.records
-    if done != spec.records:
-        outcome.error(f"{spec.records - done} delivery callback(s) had not run after flush()")
-    for exc in errors:
-        outcome.error(exc)
 
 
 async def _latency(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -175,3 +176,46 @@ def run_main(body: Any) -> None:
         raise
     finish(path, outcome)
     sys.stdout.flush()
+
+
+async def throughput_callbacks(
+    producer: Any, spec: Spec, records: Records, outcome: Outcome
+) -> None:
+    """The callback pattern: ``(await send(...)).add_done_callback(on_delivery)`` per record,
+    no future kept; the window closes once every callback has run.
+
+    For any producer whose ``send`` coroutine returns a future with ``add_done_callback`` and
+    that has ``flush()`` (aiokprod and aiokafka alike).
+    """
+    keys, values = records.lists(spec.records)
+    topic = spec.topic
+    send = producer.send
+    done = 0
+    errors: list[BaseException] = []
+
+    def on_delivery(future: Any) -> None:
+        nonlocal done
+        done += 1
+        exc = future.exception()
+        if exc is not None:
+            errors.append(exc)
+
+    window = Window()
+    window.start()
+    if keys is None:
+        for value in values:
+            (await send(topic, value)).add_done_callback(on_delivery)
+    else:
+        for key, value in zip(keys, values, strict=True):
+            (await send(topic, value, key=key)).add_done_callback(on_delivery)
+    await producer.flush()
+    for _ in range(1000):  # callbacks scheduled with call_soon run within a few loop turns
+        if done == spec.records:
+            break
+        await asyncio.sleep(0)
+    window.stop(outcome)
+    outcome.sent = spec.records
+    if done != spec.records:
+        outcome.error(f"{spec.records - done} delivery callback(s) had not run after flush()")
+    for exc in errors:
+        outcome.error(exc)

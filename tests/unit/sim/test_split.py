@@ -16,6 +16,7 @@ import pytest
 from aiokprod import DeliveryFuture, Producer, RecordTooLargeError
 from aiokprod.clock import LoopClock
 from aiokprod.testing.sim.world import SimWorld, Topology
+from aiokprod.types import ProducerRecord, RecordMetadata
 
 LIMIT = 2000
 
@@ -83,3 +84,26 @@ def test_only_a_record_above_the_limit_fails_and_its_neighbours_land() -> None:
     delivered = [i for i in range(21) if i != 10]
     assert [v[:4] for _, v in logged(world)] == [b"%04d" % i for i in delivered]
     assert [o for o, _ in logged(world)] == [futures[i].result().offset for i in delivered]
+
+
+class Acks:
+    """An interceptor that notes every acknowledgement."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        return record
+
+    def on_acknowledgement(
+        self, metadata: RecordMetadata | None, exception: BaseException | None
+    ) -> None:
+        self.seen.append((-1 if metadata is None else metadata.offset, exception is None))
+
+
+def test_interceptors_hear_of_every_record_of_a_split_batch_once() -> None:
+    acks = Acks()
+    futures, _ = run({"interceptors": [acks]}, [500] * 40)
+    expected = [(0, True)]  # the warm-up record, at offset 0
+    expected += [(f.result().offset, True) for f in futures]
+    assert sorted(acks.seen) == sorted(expected)
