@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
+.PHONY: demo test test-compiled test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,25 @@ demo: $(STAMP)
 ## test: every test, unit and integration (starts local Kafka brokers itself)
 test: $(STAMP)
 	$(PY) -m pytest
+
+## test-compiled: the unit tests (the simulator included) against the optional mypyc build
+##                (docs/compiled.md), installed from a wheel built with AIOKPROD_MYPYC=1 into
+##                its own venv (.venv-mypyc; ~3 min the first time)
+MYPYC_VENV  := .venv-mypyc
+MYPYC_STAMP := $(MYPYC_VENV)/.installed
+$(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py')
+	rm -rf $(MYPYC_VENV) build
+	$(PYTHON) -m venv $(MYPYC_VENV)
+	$(MYPYC_VENV)/bin/python -m pip install --quiet --upgrade pip 'setuptools>=69' wheel 'mypy>=1.11'
+	$(MYPYC_VENV)/bin/python -m pip install --quiet '.[test,spark]'  # the dependencies mypyc type-checks against
+	AIOKPROD_MYPYC=1 $(MYPYC_VENV)/bin/python -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
+	rm -rf build
+	touch $(MYPYC_STAMP)
+
+# The venv's pytest script, not `python -m pytest`: that would put the source tree (pure
+# Python) first on sys.path.
+test-compiled: $(MYPYC_STAMP)
+	AIOKPROD_EXPECT_COMPILED=1 $(MYPYC_VENV)/bin/pytest -p no:cacheprovider tests/unit
 
 ## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
 ##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
@@ -92,4 +111,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MYPYC_VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache

@@ -220,11 +220,14 @@ class PartitionChooser:
         self, topic: str, key: bytes | None, num_partitions: int, available: Sequence[int]
     ) -> tuple[int, StickyPartitionState | None]:
         """The partition, and the sticky state to update after the append (if sticky)."""
-        custom = self._custom
+        # Typed to return object, not int: the compiled build (docs/compiled.md) would turn
+        # a wrong return type into a bare TypeError before the check below could name it.
+        custom: Callable[..., object] | None = self._custom
         if custom is not None:
-            partition = custom(topic, key, num_partitions, available)
-            if isinstance(partition, bool) or not isinstance(partition, int):
-                raise InvalidArgumentError(f"partitioner returned {partition!r}, not an int")
+            returned = custom(topic, key, num_partitions, available)
+            if isinstance(returned, bool) or not isinstance(returned, int):
+                raise InvalidArgumentError(f"partitioner returned {returned!r}, not an int")
+            partition = returned
             if not 0 <= partition < num_partitions:
                 raise InvalidArgumentError(
                     f"partitioner returned {partition} for topic {topic!r} with "

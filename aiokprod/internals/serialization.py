@@ -42,7 +42,7 @@ def apply_serializer(serializer: Serializer, obj: object, what: str) -> bytes | 
     except SerializationError:
         raise
     except Exception as exc:
-        raise SerializationError(f"{what}_serializer failed: {exc!r}") from exc
+        raise _wrapped(exc, what) from exc
     return _checked(result, what)
 
 
@@ -95,7 +95,7 @@ async def serialize_special(
     except SerializationError:
         raise
     except Exception as exc:
-        raise SerializationError(f"{field}_serializer failed: {exc!r}") from exc
+        raise _wrapped(exc, field) from exc
     return _checked(result, field)
 
 
@@ -124,6 +124,17 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
         return False
     second = positional[1]
     return second.default is inspect.Parameter.empty or second.name in ("ctx", "context")
+
+
+def _wrapped(exc: Exception, field: str) -> SerializationError:
+    """The error a failing user serializer raises, with the original as its cause.
+
+    The cause is set here as well as by ``raise ... from``: the compiled build
+    (docs/compiled.md) does not set it from the ``from`` clause.
+    """
+    error = SerializationError(f"{field}_serializer failed: {exc!r}")
+    error.__cause__ = exc
+    return error
 
 
 def _checked(result: object, field: str) -> bytes | None:
