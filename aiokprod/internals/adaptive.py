@@ -22,19 +22,19 @@ record.
 from __future__ import annotations
 
 import bisect
+import itertools
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aiokprod.internals.metadata import ClusterSnapshot
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionLoadStats:
+class PartitionLoadStats(NamedTuple):
     """A cumulative frequency table over partitions (Java's ``PartitionLoadStats``).
 
     ``cumulative[i]`` is the sum of the weights of ``partition_ids[0..i]``; the weight of a
-    partition is ``max_queue + 1 - its queue``.
+    partition is ``max_queue + 1 - its queue``. (A named tuple: one is built per switch.)
     """
 
     cumulative: tuple[int, ...]
@@ -47,19 +47,21 @@ def load_stats(queue_sizes: Mapping[int, int], num_partitions: int) -> Partition
     Returns None when the choice should be uniform: no partitions, or every partition of the
     topic has the same queue length (Java: ``updatePartitionLoadStats``).
     """
-    if not queue_sizes:
+    ids = sorted(queue_sizes)
+    return _table(ids, [queue_sizes[p] for p in ids], num_partitions)
+
+
+def _table(ids: Sequence[int], sizes: list[int], num_partitions: int) -> PartitionLoadStats | None:
+    """:func:`load_stats` over ``ids`` and their queue ``sizes`` (same order)."""
+    if not sizes:
         return None
-    ids = tuple(sorted(queue_sizes))
-    sizes = [queue_sizes[p] for p in ids]
     largest = max(sizes)
-    if len(ids) == num_partitions and all(s == largest for s in sizes):
+    if len(sizes) == num_partitions and min(sizes) == largest:
         return None
-    cumulative: list[int] = []
-    total = 0
-    for size in sizes:
-        total += largest + 1 - size
-        cumulative.append(total)
-    return PartitionLoadStats(tuple(cumulative), ids)
+    plus_one = largest + 1
+    return PartitionLoadStats(
+        tuple(itertools.accumulate([plus_one - size for size in sizes])), tuple(ids)
+    )
 
 
 def next_partition(
@@ -209,19 +211,17 @@ class AdaptivePartitioning:
         queued = self.queue_sizes(topic)
         down = self._unavailable
         cluster = self._cluster
+        candidates: Sequence[int] = available
         if down and cluster is not None:
             info = cluster.topics.get(topic)
             partitions = info.partitions if info is not None else ()
-            sizes = {
-                p: queued.get(p, 0)
-                for p in available
-                if p < len(partitions) and partitions[p].leader not in down
-            }
-        else:
-            if not queued:
-                return None  # every queue is empty: uniform
-            sizes = {p: queued.get(p, 0) for p in available}
-        stats = load_stats(sizes, num_partitions)
+            candidates = [
+                p for p in available if p < len(partitions) and partitions[p].leader not in down
+            ]
+        elif not queued:
+            return None  # every queue is empty: uniform
+        get = queued.get
+        stats = _table(candidates, [get(p, 0) for p in candidates], num_partitions)
         if stats is None:
             return None
         return next_partition(stats, num_partitions, available, rng)
