@@ -280,6 +280,25 @@ class ProducerConfig:
         java="partitioner.ignore.keys",
         doc="Partition keyed records like unkeyed ones (sticky), ignoring the key.",
     )
+    partitioner_adaptive_partitioning: bool = option(
+        default=True,
+        check=c.boolean,
+        group=_METADATA,
+        java="partitioner.adaptive.partitioning.enable",
+        doc="When the sticky partitioner moves unkeyed records to another partition, favour "
+        "partitions with fewer batches queued (leaders that keep up), as the Java client "
+        "does. False: every partition with a leader is equally likely. No effect with a "
+        "custom or `round_robin` partitioner.",
+    )
+    partitioner_availability_timeout_ms: int = option(
+        default=0,
+        check=c.int_between(0, MAX_INT64),
+        group=_METADATA,
+        java="partitioner.availability.timeout.ms",
+        doc="With adaptive partitioning: a leader that had data ready but could not take a "
+        "request for longer than this is skipped by the sticky partitioner until it takes "
+        "one again. 0 turns the check off.",
+    )
 
     # --- Security (TLS and SASL) ----------------------------------------------------------
     security_protocol: str = option(
@@ -470,6 +489,8 @@ class ProducerOptions(TypedDict, total=False):
     allow_auto_create_topics: bool
     partitioner: Literal["builtin", "murmur3", "round_robin"] | PartitionerFunction
     partitioner_ignore_keys: bool
+    partitioner_adaptive_partitioning: bool
+    partitioner_availability_timeout_ms: int
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
     ssl_context: ssl.SSLContext | None
     ssl_cafile: str | os.PathLike[str] | None

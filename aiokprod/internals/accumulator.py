@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiokprod.errors import KafkaError
+from aiokprod.internals.adaptive import AdaptivePartitioning
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.metadata import NO_LEADER, ClusterSnapshot, TopicInfo
@@ -85,6 +86,8 @@ class RecordAccumulator:
         compressor: compresses a batch's records at close (when ``compression`` != 0).
         keep_handles: keep per-record handles on batches (interceptors need them).
         transactional: batches carry the transactional attribute (a transactional producer).
+        adaptive: adaptive partitioning's state, fed by :meth:`ready` and :meth:`drain`
+            (``partitioner_adaptive_partitioning``; None when off).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class RecordAccumulator:
         compressor: Compressor | None = None,
         keep_handles: bool = False,
         transactional: bool = False,
+        adaptive: AdaptivePartitioning | None = None,
     ) -> None:
         self.batch_size = max(batch_size, 1)
         self.linger_ms = linger_ms
@@ -119,6 +123,9 @@ class RecordAccumulator:
         #: Per topic, the byte size split batches are cut to (see :meth:`split`).
         self._split_bytes: dict[str, int] = {}
         self._batches_created = 0
+        self.adaptive = adaptive
+        if adaptive is not None:
+            adaptive.queue_sizes = self.queue_sizes
 
     # --- appending --------------------------------------------------------------------------
 
@@ -269,6 +276,8 @@ class RecordAccumulator:
             else:
                 next_delay = min(next_delay, wait_left)
         result.next_ready_check_delay_ms = next_delay
+        if self.adaptive is not None:
+            self.adaptive.on_ready(cluster, ready_nodes, now_ms)
         return result
 
     def drain(
@@ -285,6 +294,8 @@ class RecordAccumulator:
         fill up. ``can_drain`` lets idempotence hold back batches that must wait (no
         producer id yet, or an earlier sequence still in flight).
         """
+        if self.adaptive is not None:
+            self.adaptive.on_drain(nodes, now_ms)
         # Only partitions with queued batches are visited, so a topic with a thousand
         # partitions costs what is queued, not what exists.
         queued_by_node: dict[int, list[TopicPartition]] = {}
@@ -452,6 +463,10 @@ class RecordAccumulator:
     def queued_batches(self) -> int:
         """How many batches are queued (not in flight)."""
         return sum(len(dq) for dq in self._queues.values())
+
+    def queue_sizes(self, topic: str) -> dict[int, int]:
+        """Batches queued per partition of ``topic`` (partitions with none are left out)."""
+        return {tp.partition: len(dq) for tp, dq in self._queues.items() if tp.topic == topic}
 
     def queued(self, tp: TopicPartition) -> list[ProducerBatch]:
         """The partition's queued batches, oldest first."""

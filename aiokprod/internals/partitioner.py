@@ -8,8 +8,9 @@ it is not Java-compatible.
 Unkeyed records follow KIP-794's uniform sticky partitioner: stay on one partition until about
 a batch's worth of bytes went there and its batch is full (or twice that, whatever the batch),
 then move to another partition picked at random among those with a leader. Batches fill up
-instead of being cut short, and load spreads evenly. The adaptive variant (weighting by queue
-length) is not implemented; see docs/design.md.
+instead of being cut short, and load spreads evenly. With adaptive partitioning (the default,
+internals/adaptive.py) the move favours partitions with shorter queues, and may skip leaders
+that stopped taking requests; the decision is made at the switch, never per record.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 import mmh3
 
 from aiokprod.errors import InvalidArgumentError
+from aiokprod.internals.adaptive import AdaptivePartitioning
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -124,15 +126,25 @@ class StickyPartitionState:
     Args:
         batch_size: bytes to send to one partition before switching (``batch_size``).
         rng: the random source (injected in tests).
+        topic: the topic (for ``adaptive``).
+        adaptive: weighs the partition to switch to (None: uniform).
     """
 
-    __slots__ = ("_rng", "batch_size", "current", "produced_bytes")
+    __slots__ = ("_adaptive", "_rng", "batch_size", "current", "produced_bytes", "topic")
 
-    def __init__(self, batch_size: int, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        rng: random.Random | None = None,
+        topic: str = "",
+        adaptive: AdaptivePartitioning | None = None,
+    ) -> None:
         self.batch_size = max(batch_size, 1)
         self._rng = rng or random.Random()
         self.produced_bytes = 0
         self.current = -1
+        self.topic = topic
+        self._adaptive = adaptive
 
     def partition(self, num_partitions: int, available: Sequence[int]) -> int:
         """The partition for the next unkeyed record."""
@@ -171,6 +183,12 @@ class StickyPartitionState:
             self.current = self._pick(num_partitions, available, self.current)
 
     def _pick(self, num_partitions: int, available: Sequence[int], previous: int) -> int:
+        adaptive = self._adaptive
+        if adaptive is not None:
+            # Once per switch: weighted by queue length (None: queues even, uniform below).
+            choice = adaptive.choose(self.topic, num_partitions, available, self._rng)
+            if choice is not None:
+                return choice
         choices: Sequence[int] = available if available else range(num_partitions)
         if len(choices) == 1:
             return choices[0]
@@ -193,6 +211,8 @@ class PartitionChooser:
             ``(topic, key, num_partitions, available_partitions) -> partition``.
         batch_size: the sticky switch threshold.
         ignore_keys: treat keyed records like unkeyed ones (``partitioner_ignore_keys``).
+        rng: the random source.
+        adaptive: adaptive partitioning for the sticky choice (None: uniform sticky).
     """
 
     def __init__(
@@ -201,6 +221,7 @@ class PartitionChooser:
         batch_size: int,
         ignore_keys: bool = False,
         rng: random.Random | None = None,
+        adaptive: AdaptivePartitioning | None = None,
     ) -> None:
         self._custom: PartitionerFunction | None = None if isinstance(strategy, str) else strategy
         self._round_robin = strategy == "round_robin"
@@ -210,6 +231,7 @@ class PartitionChooser:
         self._rng = rng or random.Random()
         self._sticky: dict[str, StickyPartitionState] = {}
         self._counters: dict[str, int] = {}
+        self.adaptive = adaptive
 
     @property
     def is_sticky_for_unkeyed(self) -> bool:
@@ -243,5 +265,7 @@ class PartitionChooser:
             return choices[count % len(choices)], None
         sticky = self._sticky.get(topic)
         if sticky is None:
-            sticky = self._sticky[topic] = StickyPartitionState(self._batch_size, self._rng)
+            sticky = self._sticky[topic] = StickyPartitionState(
+                self._batch_size, self._rng, topic, self.adaptive
+            )
         return sticky.partition(num_partitions, available), sticky

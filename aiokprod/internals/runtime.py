@@ -23,6 +23,7 @@ from aiokprod.clock import Clock
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
 from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.adaptive import AdaptivePartitioning
 from aiokprod.internals.appender import RecordAppender
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.idempotence import IdempotenceState
@@ -73,6 +74,12 @@ class ProducerRuntime:
         # Batches fill by uncompressed bytes (like the Java client's conservative default);
         # the codec compresses each batch once, when it is closed (docs/compression.md).
         codec = codec_for_name(cfg.compression_type)
+        # Adaptive partitioning only steers the sticky choice of the built-in partitioners.
+        adaptive = (
+            AdaptivePartitioning(cfg.partitioner_availability_timeout_ms)
+            if cfg.partitioner_adaptive_partitioning and cfg.partitioner in ("builtin", "murmur3")
+            else None
+        )
         self.accumulator = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
@@ -82,6 +89,7 @@ class ProducerRuntime:
             compressor=codec.compressor(cfg.compression_level) if codec.id else None,
             keep_handles=bool(cfg.interceptors),
             transactional=cfg.transactional_id is not None,
+            adaptive=adaptive,
         )
         self.metadata = MetadataState(
             cfg.metadata_max_age_ms,
@@ -92,7 +100,9 @@ class ProducerRuntime:
         self.appender = RecordAppender(
             self.accumulator,
             self.budget,
-            PartitionChooser(cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng=rng),
+            PartitionChooser(
+                cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng, adaptive
+            ),
             record_limit=min(cfg.max_request_size, cfg.buffer_memory),
             max_block_ms=cfg.max_block_ms,
             max_request_size=cfg.max_request_size,

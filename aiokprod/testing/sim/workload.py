@@ -139,6 +139,10 @@ def draw_workload(rng: random.Random) -> Workload:
     # here takes at most ~110 bytes alone in a batch: every limit lets a lone record pass,
     # and batches of several records are refused and split (issue 13).
     limits = {name: rng.choice((200, 400, 1000)) for name in names if rng.random() < 0.25}
+    # Drawn after the limits, for the same reason: adaptive partitioning on or off, with or
+    # without the availability timeout (issue 13); the default (on, no timeout) most often.
+    options["partitioner_adaptive_partitioning"] = rng.random() < 0.75
+    options["partitioner_availability_timeout_ms"] = rng.choice((0, 0, 20, 200))
     return Workload(nodes, topics, options, ops, close_timeout, racing, limits)
 
 

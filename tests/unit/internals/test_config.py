@@ -52,6 +52,8 @@ JAVA_DEFAULTS = {
     "max_request_size": 1048576,
     "compression_type": "none",
     "partitioner_ignore_keys": False,
+    "partitioner_adaptive_partitioning": True,
+    "partitioner_availability_timeout_ms": 0,
 }
 
 
@@ -158,6 +160,7 @@ def test_int_option_wrong_type(value: object) -> None:
         ("metadata_max_idle_ms", 4999),
         ("max_request_size", 0),
         ("connections_max_idle_ms", -2),
+        ("partitioner_availability_timeout_ms", -1),
     ],
 )
 def test_int_option_out_of_range_names_option(name: str, value: int) -> None:
@@ -173,13 +176,16 @@ def test_int_option_out_of_range_names_option(name: str, value: int) -> None:
         ("metadata_max_idle_ms", 5000),
         ("connections_max_idle_ms", -1),
         ("retries", MAX_INT32),
+        ("partitioner_availability_timeout_ms", 0),
     ],
 )
 def test_int_option_range_bounds_are_inclusive(name: str, value: int) -> None:
     assert getattr(make(**{name: value}), name) == value
 
 
-@pytest.mark.parametrize("name", ["enable_idempotence", "partitioner_ignore_keys"])
+@pytest.mark.parametrize(
+    "name", ["enable_idempotence", "partitioner_ignore_keys", "partitioner_adaptive_partitioning"]
+)
 @pytest.mark.parametrize("value", [1, 0, "true", None])
 def test_bool_option_wrong_type(name: str, value: object) -> None:
     with pytest.raises(ConfigError, match=name):
@@ -398,6 +404,8 @@ def test_secret_options_are_the_credentials_and_never_shown() -> None:
         ("max.in.flight.requests.per.connection", "max_in_flight_requests_per_connection"),
         ("compression.zstd.level", "compression_level"),
         ("ssl.key.password", "ssl_password"),
+        ("partitioner.adaptive.partitioning.enable", "partitioner_adaptive_partitioning"),
+        ("partitioner.availability.timeout.ms", "partitioner_availability_timeout_ms"),
         ("linger_ms", "linger_ms"),  # ours pass through
     ],
 )
@@ -420,6 +428,8 @@ def test_java_properties_without_an_exact_equivalent_are_not_mapped() -> None:
         ("acks", "-1", -1),
         ("linger_ms", "soon", "soon"),  # left for the option's check to reject
         ("enable_idempotence", "No", False),
+        ("partitioner_adaptive_partitioning", "false", False),
+        ("partitioner_availability_timeout_ms", "200", 200),
         ("compression_level", "-5", -5),
         ("ssl_password", "s3cret", "s3cret"),
         ("client_id", "svc", "svc"),
