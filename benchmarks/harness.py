@@ -220,7 +220,9 @@ def _vm_hwm_kib(pid: int) -> int:
     return 0
 
 
-def run_process(command: list[str], timeout: float, workdir: Path) -> ProcessOutcome:
+def run_process(
+    command: list[str], timeout: float, workdir: Path, env: dict[str, str] | None = None
+) -> ProcessOutcome:
     """Run ``command``; kill it (by its PID, it alone) if it runs over ``timeout`` seconds.
 
     ``os.wait4`` reaps it and returns its own resource usage: user and system CPU of all its
@@ -231,7 +233,7 @@ def run_process(command: list[str], timeout: float, workdir: Path) -> ProcessOut
     began = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=ROOT
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=ROOT, env=env
         )
     reaped: dict[str, Any] = {}
 
@@ -352,8 +354,9 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
                 "settings": settings,
             }
             result_path = workdir / "result.json"
+            python, env = _interpreter(client, workdir)
             command = [
-                sys.executable,
+                python,
                 "-m",
                 RUNNER_MODULES[client.family],
                 "--spec",
@@ -365,7 +368,7 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
         load_before = os.getloadavg()
         cpu_before = _cpu_times()
         broker_before = _broker_cpu(kafka)
-        outcome = run_process(command, time_limit(records, workload), workdir)
+        outcome = run_process(command, time_limit(records, workload), workdir, env)
         run["broker_cpu_s"] = _broker_cpu(kafka) - broker_before
         run["machine"] = _cpu_share(cpu_before, _cpu_times())
         run["loadavg_before"] = load_before
@@ -395,6 +398,8 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
             except (OSError, ValueError):
                 result = {"sent": 0, "elapsed_s": 0.0, "errors": 0, "first_error": ""}
         run.update(result)
+        if client.interpreter and "mypyc" not in str(result.get("library", "mypyc")):
+            run["failures"].append(f"{client.interpreter} did not run the compiled build")
         if result.get("peak_rss_self_mib"):
             run["peak_rss_mib"] = max(run["peak_rss_mib"], result["peak_rss_self_mib"])
         _verify(session, workload, run, outcome, topic)
@@ -505,8 +510,26 @@ def _verify(
 # --- capabilities ------------------------------------------------------------------------------
 
 
+def _interpreter(client: Client, workdir: Path) -> tuple[str, dict[str, str] | None]:
+    """The Python that runs the client's runner, and its environment (None: ours).
+
+    Another interpreter (the mypyc build's venv) must import aiokprod from its own
+    site-packages, not from the source tree the runner starts in: the source tree is kept
+    off its path (PYTHONSAFEPATH) and only the benchmarks package is put on it.
+    """
+    if not client.interpreter:
+        return sys.executable, None
+    path_dir = workdir / "pythonpath"
+    path_dir.mkdir(exist_ok=True)
+    (path_dir / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(path_dir)}
+    return str(ROOT / client.interpreter), env
+
+
 def unavailable(client: Client, workload: Workload) -> str | None:
     """Why this row cannot run on this machine (None: it can)."""
+    if client.interpreter and not (ROOT / client.interpreter).exists():
+        return f"{client.interpreter} is missing (make test-compiled builds it)"
     if client.mode == "send_many":
         from aiokprod import Producer
 

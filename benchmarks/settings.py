@@ -129,6 +129,8 @@ class Client:
     kinds: tuple[Kind, ...] = ("throughput", "latency")
     keyed: bool = True
     """Whether it can send keyed records."""
+    interpreter: str = ""
+    """Another Python than the suite's, relative to the project root (skipped if missing)."""
     note: str = ""
 
 
@@ -169,6 +171,25 @@ CLIENTS: tuple[Client, ...] = (
         mode="callback",
         only=("unkeyed", "keyed"),
         note="add_done_callback on each send()'s future, no future stored",
+    ),
+    Client(
+        "aiokprod-mypyc",
+        "aiokprod",
+        "aiokprod, compiled (mypyc)",
+        "medium",
+        interpreter=".venv-mypyc/bin/python",
+        only=("unkeyed", "keyed", "value-1k", "latency-linger0"),
+        note="the optional mypyc build (docs/compiled.md; make test-compiled builds it)",
+    ),
+    Client(
+        "aiokprod-callback-mypyc",
+        "aiokprod",
+        "aiokprod, compiled (mypyc), a callback per record",
+        "medium",
+        mode="callback",
+        interpreter=".venv-mypyc/bin/python",
+        only=("unkeyed", "keyed"),
+        note="the mypyc build, add_done_callback on each send()'s future",
     ),
     Client("aiokafka", "aiokafka", "aiokafka", "medium"),
     Client(

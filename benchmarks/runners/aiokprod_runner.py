@@ -16,6 +16,7 @@ from typing import Any
 
 import aiokprod
 from aiokprod import Producer
+from aiokprod.compiled import compiled_modules
 from benchmarks.runners.common import (
     Outcome,
     Records,
@@ -45,7 +46,10 @@ def options(spec: Spec) -> dict[str, Any]:
 
 
 async def run(spec: Spec, outcome: Outcome) -> None:
-    outcome.library = f"aiokprod {aiokprod.__version__}"
+    compiled = compiled_modules()
+    outcome.library = f"aiokprod {aiokprod.__version__}" + (
+        f" (mypyc: {len(compiled)} modules)" if compiled else ""
+    )
     records = Records(spec)
     async with Producer(spec.bootstrap, **options(spec)) as producer:
         await producer.partitions_for(spec.topic)  # metadata before the clock starts
