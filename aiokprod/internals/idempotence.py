@@ -192,6 +192,14 @@ class IdempotenceState:
                 self._request_bump(batch.tp)
             return Verdict.RETRY
         if isinstance(error, OutOfOrderSequenceNumberError):
+            if self._overtaken(state, batch):
+                # A later batch of ours was acknowledged and this one was not: a broker with
+                # no state for this producer took the later one first (it accepts any first
+                # sequence; e.g. this one was refused NOT_LEADER_OR_FOLLOWER by a partition
+                # just created, the later one accepted a moment after). It can no longer be
+                # written in order, and retrying would be refused until the delivery
+                # timeout: it fails now, and on_failure settles the rest in gap mode.
+                return Verdict.FAIL
             if state.gap and not batch.sequence_reset:
                 # Behind the gap: the broker refused it, so it was not appended. It waits
                 # (see can_drain) and is renumbered once the gap is settled.
@@ -240,7 +248,7 @@ class IdempotenceState:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        later = self._may_have_later(state, batch)
+        later = self._may_have_later(state, batch) or self._overtaken(state, batch)
         _remove(state.in_flight, batch)
         if isinstance(error, OutOfOrderSequenceNumberError) and later:
             state.gap = True  # see on_error: the later batches are resent under own stamps
@@ -325,6 +333,22 @@ class IdempotenceState:
             and (batch.producer_id, batch.producer_epoch)
             == (state.producer_id, state.producer_epoch)
             and any(b is not batch for b in state.in_flight)
+        )
+
+    @staticmethod
+    def _overtaken(state: PartitionSequences, batch: ProducerBatch) -> bool:
+        """Whether a later batch of the same numbering was acknowledged before ``batch``.
+
+        Its sequences then lie at or before the last acknowledged one: an
+        OUT_OF_ORDER_SEQUENCE_NUMBER for it means it is not in the log (a resend of a batch
+        the broker has is answered DUPLICATE_SEQUENCE_NUMBER: it remembers the last five, and
+        no more than five are in flight), and it never can be in order.
+        """
+        return (
+            state.last_acked_sequence >= 0
+            and (batch.producer_id, batch.producer_epoch)
+            == (state.producer_id, state.producer_epoch)
+            and not _seq_after(batch.base_sequence, state.last_acked_sequence)
         )
 
     def resolve_sequences(self) -> None:

@@ -1087,3 +1087,38 @@ def test_a_gap_settled_by_a_new_producer_id_does_not_stall() -> None:
         if state.epoch_bump_required:
             state.bump_epoch()
     assert stamp_of(b2)[0] == PID + 1
+
+
+def test_out_of_order_for_a_batch_overtaken_by_an_acknowledged_later_one_fails_it() -> None:
+    # A partition just created: b0 and b1 are refused NOT_LEADER_OR_FOLLOWER, b2 is accepted
+    # a moment later by the broker, which had no state for this producer (it takes any first
+    # sequence). b0's and b1's resends are refused from then on: retrying them would go on
+    # until the delivery timeout (the partition blocked behind them) and could never put them
+    # in order. They fail; what comes after b2 goes on.
+    state = ready_state(epoch=0)
+    b0, b1, b2 = (send(state, new_batch(TP, records=2)) for _ in range(3))
+    not_leader = error_for_code(6)
+    assert state.on_error(b0, not_leader) is Verdict.RETRY
+    assert state.on_error(b1, not_leader) is Verdict.RETRY
+    complete(state, b2)
+    assert state.can_drain(b0)
+    assert state.on_error(b0, OOOSN) is Verdict.FAIL
+    b0.fail(OOOSN)
+    state.on_failure(b0, OOOSN, may_retry=True)
+    assert state.can_drain(b1)
+    assert not state.can_drain(new_batch(TP))  # gap mode: nothing new until it settles
+    assert state.on_error(b1, OOOSN) is Verdict.FAIL
+    b1.fail(OOOSN)
+    state.on_failure(b1, OOOSN, may_retry=True)
+    bump(state)
+    assert stamp_of(send(state, new_batch(TP))) == (PID, 1, 0)
+
+
+def test_out_of_order_for_a_batch_after_the_last_acknowledged_one_is_still_retried() -> None:
+    # The usual case: an earlier batch is missing (its retry is coming); this one waits.
+    state = ready_state(epoch=0)
+    b0, b1 = (send(state, new_batch(TP, records=2)) for _ in range(2))
+    complete(state, b0)
+    b2 = send(state, new_batch(TP, records=2))
+    assert state.on_error(b1, error_for_code(6)) is Verdict.RETRY
+    assert state.on_error(b2, OOOSN) is Verdict.RETRY
