@@ -131,18 +131,23 @@ class RecordAppender:
         sticky: StickyPartitionState | None,
         info: TopicInfo,
         started_ms: int,
+        yield_at: int = 1,
     ) -> tuple[ProducerBatch, int]:
         """Reserve memory for a new batch and append the record to it.
 
         The wait for memory is bounded by what is left of ``max_block_ms`` since
         ``started_ms`` (all of it when -1: metadata did not have to be awaited).
+        ``yield_at``: the sender gets its turn (below) once this many batches are queued.
         """
         acc = self._acc
         # A checkpoint once per batch (not per record) while other batches wait: lets the
         # sender run between the batches of a tight send loop. Nothing is queued yet, so
         # cancellation here loses nothing. With nothing queued (a lone send_and_wait) there
         # is nothing for the sender to do, and the record goes out without the extra turn.
-        if acc.has_undrained():
+        # The bulk paths wait for a batch per partition (``yield_at``): a turn after every
+        # batch made Produce requests of one batch each (the broker and the sender pay per
+        # request), where a request can carry one batch per partition.
+        if acc.has_undrained() and (yield_at <= 1 or acc.queued_batches() >= yield_at):
             await asyncio.sleep(0)
             self._check_running()
         appended = acc.try_append(tp, timestamp_ms, key, value, headers)
@@ -296,7 +301,15 @@ class RecordAppender:
             opened = self.append(tp, timestamp_ms, None, pending, header_bytes, sticky, info)
             if opened is None:
                 opened = await self.append_new_batch(
-                    tp, timestamp_ms, None, pending, header_bytes, sticky, info, started_ms
+                    tp,
+                    timestamp_ms,
+                    None,
+                    pending,
+                    header_bytes,
+                    sticky,
+                    info,
+                    started_ms,
+                    len(tps),
                 )
             batch, index = opened
             bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
@@ -367,7 +380,7 @@ class RecordAppender:
                 opened = self.append(tp, timestamp_ms, key, value, None, None, info)
                 if opened is None:
                     opened = await self.append_new_batch(
-                        tp, timestamp_ms, key, value, None, None, info, started_ms
+                        tp, timestamp_ms, key, value, None, None, info, started_ms, len(tps)
                     )
                 batch, index = opened
                 key_sizes.append(len(key))
