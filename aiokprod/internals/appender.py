@@ -177,6 +177,16 @@ class RecordAppender:
 
     # --- many records -----------------------------------------------------------------------
 
+    def bulk_yield_at(self, num_partitions: int) -> int:
+        """Queued batches before a bulk append gives the sender its turn.
+
+        A batch per partition (a Produce request takes one per partition), but no more than
+        a request can hold (``max_request_size // batch_size``): with a thousand partitions
+        the sender still runs every few dozen batches.
+        """
+        per_request = max(self._max_request_size // max(self._acc.batch_size, 1), 1)
+        return max(min(num_partitions, per_request), 1)
+
     def prepare_keyed(
         self,
         keys: list[Any],
@@ -275,6 +285,7 @@ class RecordAppender:
         acc = self._acc
         batch_size = acc.batch_size
         tps = self.partitions_of(topic, len(info.partitions))
+        yield_at = self.bulk_yield_at(len(tps))
         headers_size = len(header_bytes) if header_bytes else 0
         largest_value = self.record_limit - batch_of_one_size(-1, 0, headers_size)
         value_sizes = bulk._value_sizes
@@ -309,7 +320,7 @@ class RecordAppender:
                     sticky,
                     info,
                     started_ms,
-                    len(tps),
+                    yield_at,
                 )
             batch, index = opened
             bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
@@ -360,6 +371,7 @@ class RecordAppender:
         tps = self.partitions_of(topic, len(info.partitions))
         # A stable sort: records of one partition stay in input order.
         by_partition = sorted(range(len(keys)), key=partitions.__getitem__)
+        yield_at = self.bulk_yield_at(len(tps))
         bulk._order = order = array("i")
         key_sizes = bulk._key_sizes
         value_sizes = bulk._value_sizes
@@ -380,7 +392,7 @@ class RecordAppender:
                 opened = self.append(tp, timestamp_ms, key, value, None, None, info)
                 if opened is None:
                     opened = await self.append_new_batch(
-                        tp, timestamp_ms, key, value, None, None, info, started_ms, len(tps)
+                        tp, timestamp_ms, key, value, None, None, info, started_ms, yield_at
                     )
                 batch, index = opened
                 key_sizes.append(len(key))

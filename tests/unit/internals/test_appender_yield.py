@@ -84,3 +84,10 @@ async def test_the_bulk_paths_yield_once_a_batch_per_partition_is_queued() -> No
     assert probe.turns == 1
     probe.stop = True
     await task
+
+
+def test_the_bulk_threshold_is_a_batch_per_partition_up_to_what_a_request_holds() -> None:
+    appender, _ = make_appender()  # batch_size 1000, max_request_size 1,000,000
+    assert appender.bulk_yield_at(PARTITIONS) == PARTITIONS
+    assert appender.bulk_yield_at(1) == 1
+    assert appender.bulk_yield_at(5000) == 1000  # a request holds 1,000 batches of 1000 B
