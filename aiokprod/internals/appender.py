@@ -131,18 +131,23 @@ class RecordAppender:
         sticky: StickyPartitionState | None,
         info: TopicInfo,
         started_ms: int,
+        yield_at: int = 1,
     ) -> tuple[ProducerBatch, int]:
         """Reserve memory for a new batch and append the record to it.
 
         The wait for memory is bounded by what is left of ``max_block_ms`` since
         ``started_ms`` (all of it when -1: metadata did not have to be awaited).
+        ``yield_at``: the sender gets its turn (below) once this many batches are queued.
         """
         acc = self._acc
         # A checkpoint once per batch (not per record) while other batches wait: lets the
         # sender run between the batches of a tight send loop. Nothing is queued yet, so
         # cancellation here loses nothing. With nothing queued (a lone send_and_wait) there
         # is nothing for the sender to do, and the record goes out without the extra turn.
-        if acc.has_undrained():
+        # The bulk paths wait for a batch per partition (``yield_at``): a turn after every
+        # batch made Produce requests of one batch each (the broker and the sender pay per
+        # request), where a request can carry one batch per partition.
+        if acc.has_undrained() and (yield_at <= 1 or acc.queued_batches() >= yield_at):
             await asyncio.sleep(0)
             self._check_running()
         appended = acc.try_append(tp, timestamp_ms, key, value, headers)
@@ -171,6 +176,16 @@ class RecordAppender:
         return batch, index
 
     # --- many records -----------------------------------------------------------------------
+
+    def bulk_yield_at(self, num_partitions: int) -> int:
+        """Queued batches before a bulk append gives the sender its turn.
+
+        A batch per partition (a Produce request takes one per partition), but no more than
+        a request can hold (``max_request_size // batch_size``): with a thousand partitions
+        the sender still runs every few dozen batches.
+        """
+        per_request = max(self._max_request_size // max(self._acc.batch_size, 1), 1)
+        return max(min(num_partitions, per_request), 1)
 
     def prepare_keyed(
         self,
@@ -270,6 +285,7 @@ class RecordAppender:
         acc = self._acc
         batch_size = acc.batch_size
         tps = self.partitions_of(topic, len(info.partitions))
+        yield_at = self.bulk_yield_at(len(tps))
         headers_size = len(header_bytes) if header_bytes else 0
         largest_value = self.record_limit - batch_of_one_size(-1, 0, headers_size)
         value_sizes = bulk._value_sizes
@@ -296,7 +312,15 @@ class RecordAppender:
             opened = self.append(tp, timestamp_ms, None, pending, header_bytes, sticky, info)
             if opened is None:
                 opened = await self.append_new_batch(
-                    tp, timestamp_ms, None, pending, header_bytes, sticky, info, started_ms
+                    tp,
+                    timestamp_ms,
+                    None,
+                    pending,
+                    header_bytes,
+                    sticky,
+                    info,
+                    started_ms,
+                    yield_at,
                 )
             batch, index = opened
             bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
@@ -347,6 +371,7 @@ class RecordAppender:
         tps = self.partitions_of(topic, len(info.partitions))
         # A stable sort: records of one partition stay in input order.
         by_partition = sorted(range(len(keys)), key=partitions.__getitem__)
+        yield_at = self.bulk_yield_at(len(tps))
         bulk._order = order = array("i")
         key_sizes = bulk._key_sizes
         value_sizes = bulk._value_sizes
@@ -367,7 +392,7 @@ class RecordAppender:
                 opened = self.append(tp, timestamp_ms, key, value, None, None, info)
                 if opened is None:
                     opened = await self.append_new_batch(
-                        tp, timestamp_ms, key, value, None, None, info, started_ms
+                        tp, timestamp_ms, key, value, None, None, info, started_ms, yield_at
                     )
                 batch, index = opened
                 key_sizes.append(len(key))

@@ -3,10 +3,19 @@
 One local broker (``aiokprod.testing``), one SparkSession on ``local[2]`` holding both sinks;
 each workload writes a DataFrame of ``spark.range(n, numPartitions=8)`` with a binary
 ``value`` of the stated size into a fresh 6-partition topic, the sinks interleaved (the
-order alternates per repetition), after one small warm-up write of each. Both sinks run with
-acks=all, idempotence on, linger 5 ms, batch 16 KiB. Every run's record count is checked
-with confluent-kafka (the topic's high watermarks). Results: a Markdown table on stdout and
-JSON in ``benchmarks/results/spark-<name>.json``.
+order alternates per repetition), after one warm-up write of each (``--warmup-rows``).
+Both sinks run with acks=all, idempotence on, linger 5 ms, batch 16 KiB. Every run's
+record count is checked with confluent-kafka (the topic's high watermarks). Results: a
+Markdown table on stdout and JSON in ``benchmarks/results/spark-<name>.json``.
+
+Every run's topic is created before the workload's first run and the benchmark waits
+``TOPIC_SETTLE_S`` before writing: a topic written the moment it exists can answer
+NOT_LEADER_OR_FOLLOWER for a while, which measures topic creation, not the sink (and can
+stall aiokprod's idempotent retries; see the issue 14 speed report).
+
+``--arrow-batch-rows`` sets ``spark.sql.execution.arrow.maxRecordsPerBatch`` (default 10000)
+for the session: it changes the Arrow paths (``aiokprod`` and ``arrow-floor``), not Spark's
+own sink, which reads rows in the JVM.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ COMMON = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "batch.
 SINKS = ("kafka", "aiokprod")
 BASELINE = "arrow-floor"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+TOPIC_SETTLE_S = 3.0
 
 
 def high_watermarks(bootstrap: str, topic: str) -> int:
@@ -153,6 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streaming-seconds", type=float, default=30.0)
     parser.add_argument("--name", default="latest", help="results/spark-<name>.json")
     parser.add_argument(
+        "--warmup-rows",
+        type=int,
+        default=500_000,
+        help="rows of 100 B each sink writes once before the measured runs (JIT, workers)",
+    )
+    parser.add_argument(
+        "--arrow-batch-rows",
+        type=int,
+        default=0,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (0: Spark's default, 10000)",
+    )
+    parser.add_argument(
         "--baseline",
         action="store_true",
         help="also run arrow-floor: Spark hands the Arrow batches to Python, nothing is sent",
@@ -170,8 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     with LocalKafka(heap_max="1g") as kafka:
         bootstrap = kafka.bootstrap_servers
+        builder = SparkSession.builder
+        if args.arrow_batch_rows:
+            builder = builder.config(
+                "spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows)
+            )
         spark = (
-            SparkSession.builder.master("local[2]")
+            builder.master("local[2]")
             .appName("aiokprod-spark-bench")
             .config("spark.jars", jars)
             .config("spark.ui.enabled", "false")
@@ -187,16 +214,25 @@ def main(argv: list[str] | None = None) -> int:
             for sink in SINKS:  # warm-up: JIT, Python workers, producer pools
                 topic = f"warmup-{sink}-{uuid.uuid4().hex[:6]}"
                 kafka.create_topic(topic, 6)
-                write(spark, sink, bootstrap, topic, 100_000, 100)
+                time.sleep(TOPIC_SETTLE_S)
+                write(spark, sink, bootstrap, topic, args.warmup_rows, 100)
             for workload in args.workloads.split(","):
                 rows, size = WORKLOADS[workload]
                 rows = int(rows * args.scale)
                 sinks = (*SINKS, BASELINE) if args.baseline else SINKS
+                topics = {
+                    (rep, sink): f"bench-{workload}-{sink}-{rep}-{uuid.uuid4().hex[:6]}"
+                    for rep in range(args.reps)
+                    for sink in sinks
+                }
+                for (_, sink), topic in topics.items():
+                    if sink != BASELINE:
+                        kafka.create_topic(topic, 6)
+                time.sleep(TOPIC_SETTLE_S)
                 for rep in range(args.reps):
                     order = sinks if rep % 2 == 0 else sinks[::-1]
                     for sink in order:
-                        topic = f"bench-{workload}-{sink}-{rep}-{uuid.uuid4().hex[:6]}"
-                        kafka.create_topic(topic, 6)
+                        topic = topics[rep, sink]
                         load_before = os.getloadavg()[0]
                         cpu_before = cpu_snapshot(spark_pid, broker_pid)
                         seconds = write(spark, sink, bootstrap, topic, rows, size)
@@ -244,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "python -m benchmarks.spark " + " ".join(argv or sys.argv[1:]),
                 "spark_kafka_sink": SPARK_KAFKA_VERSION,
                 "settings": COMMON,
+                "arrow_batch_rows": args.arrow_batch_rows or 10_000,
                 "runs": runs,
                 "streaming": stream,
                 "table": report,
