@@ -92,9 +92,12 @@ def test_rate_source_and_restart_from_the_checkpoint(
     query = start_query(spark, broker.bootstrap_servers, topic, tmp_path)
     wait_for(lambda: committed_rows(query) >= 150, 120, "150 rows")
     query.stop()
-    first = read_values(broker.bootstrap_servers, topic, 150)
-    assert len(first) >= 150
-    assert set(first) == set(range(max(first) + 1))  # no gap
+    committed = committed_rows(query)  # the rows of the completed micro-batches: 0..committed-1
+    first = read_values(broker.bootstrap_servers, topic, committed)
+    # Every committed row is there. Rows past them belong to the epoch stop() interrupted:
+    # some of its tasks may have written theirs and others not (a CI run saw one task's 25
+    # rows and not the other's); that epoch is not committed and runs again after the restart.
+    assert set(range(committed)) <= set(first)
 
     query = start_query(spark, broker.bootstrap_servers, topic, tmp_path)  # same checkpoint
     # The first batch after the restart may re-run the epoch that stop() interrupted (its
@@ -105,9 +108,12 @@ def test_rate_source_and_restart_from_the_checkpoint(
         "50 more rows, in two batches or more",
     )
     query.stop()
-    values = read_values(broker.bootstrap_servers, topic, len(first) + committed_rows(query))
-    assert max(values) > max(first)  # it went on where it was...
-    assert set(values) == set(range(max(values) + 1))  # ... without a gap (at-least-once)
+    # The restarted query's batches carry on from the checkpoint: the first one is the
+    # interrupted epoch again, so together the committed rows are 0..total-1. A query that
+    # started over would write low values again and leave rows of this range missing.
+    total = committed + committed_rows(query)
+    values = read_values(broker.bootstrap_servers, topic, total)
+    assert set(range(total)) <= set(values)  # it went on where it was, without a gap
 
 
 def test_a_query_survives_a_broker_restart(
