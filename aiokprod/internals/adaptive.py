@@ -184,9 +184,9 @@ class AdaptivePartitioning:
 
     def _update_unavailable(self) -> None:
         latency = self.latency
-        down = frozenset(n for n in latency.known_nodes() if not latency.is_available(n))
-        if down != self._unavailable:
-            self._unavailable = down
+        self._unavailable = frozenset(
+            n for n in latency.known_nodes() if not latency.is_available(n)
+        )
 
     @property
     def unavailable_nodes(self) -> frozenset[int]:
