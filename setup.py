@@ -29,6 +29,7 @@ COMPILED_MODULES = [
     "aiokprod/internals/budget.py",
     "aiokprod/internals/partitioner.py",
     "aiokprod/internals/serialization.py",
+    "aiokprod/internals/send_path.py",
 ]
 
 ext_modules = []

@@ -25,6 +25,7 @@ from aiokprod.errors import (
     ProducerCrashedError,
 )
 from aiokprod.internals.runtime import ProducerRuntime
+from aiokprod.internals.send_path import SendPath
 from aiokprod.logs import get_logger
 from aiokprod.transactional import TransactionalMixin
 
@@ -48,10 +49,11 @@ class ProducerLifecycle(TransactionalMixin):
 
     def __init__(self, runtime: ProducerRuntime) -> None:
         self._rt = runtime
-        #: The thread whose event loop started the producer: sends from any other thread
-        #: are refused. (A thread id, not the loop: asyncio.get_running_loop() costs a
-        #: getpid() system call per call before Python 3.12, too much per record.)
-        self._thread_id = -1
+        #: The per-record send, which also holds the per-record gate: ``open`` (RUNNING) and
+        #: ``thread_id``, the thread whose event loop started the producer: sends from any
+        #: other thread are refused. (A thread id, not the loop: asyncio.get_running_loop()
+        #: costs a getpid() system call per call before Python 3.12, too much per record.)
+        self._path = SendPath(runtime, self._not_running, self._wrong_loop)
         self._state = ProducerState.NEW
         self._runner: asyncio.Task[None] | None = None
         self._crash: ProducerCrashedError | None = None
@@ -66,7 +68,7 @@ class ProducerLifecycle(TransactionalMixin):
         self._state_value = state
         #: ``state is RUNNING`` as a plain bool: the per-record check (an Enum member lookup
         #: costs ~70 ns on Python 3.11, a bool attribute ~10).
-        self._open = state is ProducerState.RUNNING
+        self._path.open = state is ProducerState.RUNNING
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -94,7 +96,7 @@ class ProducerLifecycle(TransactionalMixin):
         if self._state is not ProducerState.NEW:
             raise IllegalStateError(f"start() on a producer that is {self._state.value}")
         loop = asyncio.get_running_loop()
-        self._thread_id = _thread.get_ident()
+        self._path.thread_id = _thread.get_ident()
         ready: asyncio.Future[None] = loop.create_future()
         self._runner = loop.create_task(self._run(ready), name="aiokprod-producer")
         await ready
@@ -185,7 +187,7 @@ class ProducerLifecycle(TransactionalMixin):
 
     def _running(self) -> bool:
         # A method, not an inline comparison: the state changes across awaits.
-        return self._open
+        return self._path.open
 
     def _not_running(self) -> KafkaError:
         if self._state is ProducerState.CRASHED and self._crash is not None:

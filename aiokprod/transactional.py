@@ -56,15 +56,6 @@ class TransactionalMixin:
         await coordinator.init_producer_id()
         txn.init_done()
 
-    def _enlist(self, tp: TopicPartition) -> None:
-        """A record for ``tp`` joins the transaction (protocol 1: AddPartitionsToTxn)."""
-        txn, coordinator = self._txn, self._rt.coordinator
-        if txn is None or coordinator is None:
-            return
-        txn.check_send()  # again: the state may have changed while send() awaited metadata
-        if txn.add_partition(tp):
-            coordinator.maybe_add_partitions()
-
     async def begin_transaction(self) -> None:
         """Open a transaction: records sent from now on commit or abort together.
 
