@@ -1,10 +1,10 @@
-"""BrokerConnection: one TCP connection to one broker, over asyncio streams.
+"""BrokerConnection: one TCP connection to one broker, over a :class:`ByteStream`.
 
 The connection moves bytes; :class:`~aiokprod.protocol.connection.ClientConnection` decides
 what they mean. Opening it connects, then asks ApiVersions so every later request goes out at
-the highest version both sides speak. After that one read loop (:meth:`run_reader`, run by
-the pool inside the producer's task group) feeds received bytes to the protocol state and
-hands each response to the handler given with its request.
+the highest version both sides speak. After that :meth:`run_reader` (run by the pool inside
+the producer's task group) has the stream hand every arrival straight to the protocol state,
+which gives each response to the handler given with its request, and waits for the end.
 
 Requests are written without awaiting: :meth:`send` is synchronous, so the sender never waits
 on one broker while another could take data. The in-flight limit is the connection's
@@ -67,7 +67,7 @@ class BrokerConnection:
         software_version: reported in ApiVersions.
         ssl_context: TLS context, or None for plaintext.
         server_hostname: the name to verify the certificate against (default: host).
-        transport: opens the byte stream (default: asyncio streams over TCP).
+        transport: opens the byte stream (default: TCP through an asyncio protocol).
         clock: the producer's clock (request deadlines, re-authentication).
         rng: randomness for the re-authentication point.
     """
@@ -318,36 +318,56 @@ class BrokerConnection:
     async def run_reader(self) -> None:
         """Read responses until the connection closes; then fail what is still pending.
 
-        Returns normally when the connection ends for a network or protocol reason (the
-        pending requests get a retriable connection error); exceptions raised by a response
-        handler (a bug in this client) propagate.
+        Responses are decoded and handed to their handlers in the event loop's callback for
+        the bytes' arrival (:meth:`ByteStream.start_receiving`), not in this task: a handler
+        resolves its futures one loop turn sooner than if this task had to be woken to read.
+        This task waits for the end. It returns normally when the connection ends for a
+        network or protocol reason (the pending requests get a retriable connection error);
+        an exception raised by a response handler (a bug in this client) propagates.
         """
         stream = self._stream
         if stream is None:
             return
         protocol = self.protocol
         pending_requests = self._pending
-        error: BaseException | None = None
-        try:
-            while True:
-                data = await stream.read(READ_CHUNK_BYTES)
-                if not data:
-                    error = KafkaConnectionError(f"node {self.node_id} closed the connection")
-                    break
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def on_data(data: bytes) -> None:
+            if ended.done():
+                return
+            try:
                 for response in protocol.receive_data(data):
                     pending = pending_requests.pop(response.correlation_id, None)
                     if pending is not None and pending.handler is not None:
                         pending.handler(response.body, None)
                 if protocol.broken:
                     raise protocol.error or ProtocolError("broken response")
-        except ProtocolError as exc:
-            error = KafkaConnectionError(
-                f"node {self.node_id} sent a broken response ({exc}); disconnecting"
-            )
-            error.__cause__ = exc
-            log.warning("broken response, disconnecting", node=self.node_id, error=str(exc))
-        except OSError as exc:
-            error = KafkaConnectionError(f"node {self.node_id}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - ends the connection; run_reader sorts it out
+                ended.set_result(exc)
+                stream.abort()
+
+        def on_end(error: OSError | None) -> None:
+            if not ended.done():
+                ended.set_result(
+                    error or KafkaConnectionError(f"node {self.node_id} closed the connection")
+                )
+
+        error: BaseException | None = None
+        try:
+            stream.start_receiving(on_data, on_end)
+            outcome = await ended
+            if isinstance(outcome, ProtocolError):
+                error = KafkaConnectionError(
+                    f"node {self.node_id} sent a broken response ({outcome}); disconnecting"
+                )
+                error.__cause__ = outcome
+                log.warning("broken response, disconnecting", node=self.node_id, error=str(outcome))
+            elif isinstance(outcome, OSError):
+                error = KafkaConnectionError(f"node {self.node_id}: {outcome}")
+            elif isinstance(outcome, KafkaConnectionError):
+                error = outcome
+            elif outcome is not None:
+                raise outcome
         finally:
             self.close(error or KafkaConnectionError(f"node {self.node_id}: connection closed"))
 

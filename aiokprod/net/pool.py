@@ -55,7 +55,7 @@ class ConnectionPool:
             as the Java client's NetworkClient does on a failed connect).
         ssl_context: TLS for every connection, or None.
         authenticate: runs on each new connection after ApiVersions (SASL).
-        transport: opens byte streams (default: asyncio streams over TCP).
+        transport: opens byte streams (default: TCP through an asyncio protocol).
         clock: the producer's clock.
         rng: randomness for backoff jitter and node choice.
     """

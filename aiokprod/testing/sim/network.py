@@ -130,6 +130,8 @@ class ClientStream:
         self._error: OSError | None = None
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[OSError | None], None] | None = None
 
     # --- ByteStream -------------------------------------------------------------------------
 
@@ -148,6 +150,17 @@ class ClientStream:
         data = bytes(self._inbox[:max_bytes])
         del self._inbox[:max_bytes]
         return data
+
+    def start_receiving(
+        self, on_data: Callable[[bytes], None], on_end: Callable[[OSError | None], None]
+    ) -> None:
+        """Push mode, as the production stream: ``feed`` calls ``on_data`` at once."""
+        self._on_data, self._on_end = on_data, on_end
+        if self._inbox:
+            data = bytes(self._inbox)
+            self._inbox.clear()
+            on_data(data)
+        self._maybe_end()
 
     def write(self, data: bytes | bytearray) -> None:
         """Send ``data`` (copied) to the broker after the network latency."""
@@ -176,6 +189,7 @@ class ClientStream:
         self._closed = True
         self._inbox.clear()
         self._wake()
+        self._maybe_end()
         if self.server is not None:
             self.server.client_closed()
 
@@ -185,6 +199,9 @@ class ClientStream:
         """Bytes arrive from the broker."""
         if self._closed or self._eof or self._error is not None:
             return
+        if self._on_data is not None:
+            self._on_data(data)
+            return
         self._inbox += data
         self._wake()
 
@@ -193,12 +210,20 @@ class ClientStream:
         if not self._closed:
             self._eof = True
             self._wake()
+            self._maybe_end()
 
     def feed_reset(self) -> None:
         """The connection was reset."""
         if not self._closed and not self._eof:
             self._error = ConnectionResetError(104, "Connection reset by peer (simulated)")
             self._wake()
+            self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        on_end = self._on_end
+        if on_end is not None and (self._closed or self._eof or self._error is not None):
+            self._on_end = self._on_data = None
+            on_end(self._error)
 
     def _wake(self) -> None:
         waiter = self._waiter

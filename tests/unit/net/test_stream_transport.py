@@ -1,0 +1,153 @@
+"""The production ByteStream (``StreamTransport``) against a real loopback socket.
+
+Pull reads (the handshake), then push (``start_receiving``): bytes that arrived before the
+switch come first, in order, then every arrival as it comes; the end is reported once, as
+EOF (``None``), a reset (an ``OSError``) or an abort; a read before the switch never holds
+more than its bound unread without pausing the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from aiokprod.net.transport import READ_CHUNK_BYTES, ByteStream, StreamTransport
+
+Server = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def with_server(serve: Server, body: Callable[[ByteStream], Awaitable[None]]) -> None:
+    done: list[asyncio.Task[None]] = []
+
+    async def serve_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        done.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            await serve(reader, writer)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    server = await asyncio.start_server(serve_and_close, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stream = await StreamTransport().connect("127.0.0.1", port)
+    try:
+        await asyncio.wait_for(body(stream), 10)
+    finally:
+        stream.abort()
+        server.close()
+        await asyncio.gather(*done, return_exceptions=True)
+        await server.wait_closed()
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.ends: list[OSError | None] = []
+        self.ended = asyncio.Event()
+
+    def on_data(self, data: bytes) -> None:
+        assert not self.ends, "data after the end"
+        self.data += data
+
+    def on_end(self, error: OSError | None) -> None:
+        self.ends.append(error)
+        self.ended.set()
+
+
+def test_pull_then_push_keeps_every_byte_in_order_and_reports_eof_once() -> None:
+    first, rest = b"hello-handshake", bytes(range(256)) * 4000  # ~1 MiB after the switch
+    switched = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readexactly(4)
+        writer.write(first + request)  # the handshake answer, and more that stays unread
+        await writer.drain()
+        await switched.wait()
+        for i in range(0, len(rest), 65536):
+            writer.write(rest[i : i + 65536])
+            await writer.drain()
+        writer.close()
+
+    async def body(stream: ByteStream) -> None:
+        stream.write(b"ping")
+        await stream.drain()
+        got = await stream.read(5)
+        assert got == first[:5]
+        await asyncio.sleep(0.05)  # the rest of the answer arrives, unread
+        collector = Collector()
+        stream.start_receiving(collector.on_data, collector.on_end)
+        switched.set()
+        await collector.ended.wait()
+        await asyncio.sleep(0.05)
+        assert bytes(collector.data) == first[5:] + b"ping" + rest
+        assert collector.ends == [None]
+
+    asyncio.run(with_server(serve, body))
+
+
+def test_a_reset_is_an_os_error_and_an_abort_ends_once() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST
+
+    async def body(stream: ByteStream) -> None:
+        collector = Collector()
+        stream.start_receiving(collector.on_data, collector.on_end)
+        stream.write(b"x")
+        await collector.ended.wait()
+        stream.abort()
+        assert len(collector.ends) == 1
+        assert isinstance(collector.ends[0], ConnectionResetError), collector.ends
+        assert stream.is_closing()
+        with pytest.raises(ConnectionError):
+            await stream.drain()
+
+    asyncio.run(with_server(serve, body))
+
+
+def test_abort_ends_a_receiving_stream_once_and_a_pull_read_returns_eof() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client goes
+
+    async def pull(stream: ByteStream) -> None:
+        reading = asyncio.ensure_future(stream.read(10))
+        await asyncio.sleep(0.01)
+        stream.abort()
+        assert await reading == b""
+
+    async def push(stream: ByteStream) -> None:
+        collector = Collector()
+        stream.start_receiving(collector.on_data, collector.on_end)
+        stream.abort()
+        stream.abort()
+        assert collector.ends == [None]
+
+    asyncio.run(with_server(serve, pull))
+    asyncio.run(with_server(serve, push))
+
+
+def test_unread_bytes_before_the_switch_pause_the_socket_rather_than_pile_up() -> None:
+    flood = b"z" * (READ_CHUNK_BYTES * 16)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(flood)
+        await writer.drain()
+        writer.close()
+
+    async def body(stream: ByteStream) -> None:
+        await asyncio.sleep(0.2)  # nobody reads: the stream must stop taking bytes
+        held = len(getattr(stream, "_buffer"))  # noqa: B009 - what the stream holds unread
+        assert held <= 2 * READ_CHUNK_BYTES
+        got = bytearray()
+        while data := await stream.read(READ_CHUNK_BYTES):
+            got += data
+        assert bytes(got) == flood
+
+    asyncio.run(with_server(serve, body))
