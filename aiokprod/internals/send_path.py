@@ -37,7 +37,7 @@ from aiokprod.internals.serialization import (
     serialize_special,
     serialize_value,
 )
-from aiokprod.types import Header, ProducerRecord, TopicPartition
+from aiokprod.types import ProducerRecord, TopicPartition
 
 if TYPE_CHECKING:
     from aiokprod.internals.metadata import TopicInfo
@@ -130,16 +130,13 @@ class SendPath:
         if txn is not None:
             txn.check_send()
         if self.interceptors:
-            record = on_send(
+            # Through Any: a cast to the record's field types, or reading them back typed,
+            # is a runtime check in the compiled build (a bare TypeError for a bad argument
+            # before our checks below could name it).
+            make_record: Any = ProducerRecord
+            record: Any = on_send(
                 self.interceptors,
-                ProducerRecord(
-                    cast(str, topic),
-                    value,
-                    key,
-                    cast("int | None", partition),
-                    cast("int | None", timestamp_ms),
-                    cast("Sequence[Header] | None", headers),
-                ),
+                make_record(topic, value, key, partition, timestamp_ms, headers),
             )
             topic, value, key = record.topic, record.value, record.key
             partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers

@@ -28,6 +28,7 @@ from aiokprod.errors import (
     SerializationError,
 )
 from aiokprod.testing.sim.world import SimWorld, Topology
+from aiokprod.types import ProducerRecord, RecordMetadata
 
 Body = Callable[[Producer], Coroutine[Any, Any, None]]
 
@@ -85,9 +86,22 @@ BAD_CALLS: list[tuple[str, dict[str, Any], type[KafkaError]]] = [
 ]
 
 
+class PassThrough:
+    """An interceptor that changes nothing: send() then builds a ProducerRecord first."""
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        return record
+
+    def on_acknowledgement(
+        self, metadata: RecordMetadata | None, exception: BaseException | None
+    ) -> None:
+        pass
+
+
+@pytest.mark.parametrize("interceptors", [False, True], ids=["plain", "intercepted"])
 @pytest.mark.parametrize(("name", "bad", "error"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_a_bad_argument_is_a_typed_error_and_queues_nothing(
-    name: str, bad: dict[str, Any], error: type[KafkaError]
+    name: str, bad: dict[str, Any], error: type[KafkaError], interceptors: bool
 ) -> None:
     caught: list[BaseException] = []
 
@@ -100,7 +114,7 @@ def test_a_bad_argument_is_a_typed_error_and_queues_nothing(
             caught.append(exc)
         await (await producer.send("t", b"after"))
 
-    world = run(body)
+    world = run(body, interceptors=[PassThrough()] if interceptors else [])
     assert len(caught) == 1, name
     assert type(caught[0]) is error, (name, repr(caught[0]))
     assert logged_values(world) == [b"after", b"before"]
