@@ -346,11 +346,9 @@ class BrokerConnection:
                 ended.set_result(exc)
                 stream.abort()
 
-        def on_end(error: OSError | None) -> None:
+        def on_end(error: OSError | None) -> None:  # None: closed by the broker or by us
             if not ended.done():
-                ended.set_result(
-                    error or KafkaConnectionError(f"node {self.node_id} closed the connection")
-                )
+                ended.set_result(error)
 
         error: BaseException | None = None
         try:
@@ -364,9 +362,9 @@ class BrokerConnection:
                 log.warning("broken response, disconnecting", node=self.node_id, error=str(outcome))
             elif isinstance(outcome, OSError):
                 error = KafkaConnectionError(f"node {self.node_id}: {outcome}")
-            elif isinstance(outcome, KafkaConnectionError):
-                error = outcome
-            elif outcome is not None:
+            elif outcome is None:
+                error = KafkaConnectionError(f"node {self.node_id} closed the connection")
+            else:
                 raise outcome
         finally:
             self.close(error or KafkaConnectionError(f"node {self.node_id}: connection closed"))
