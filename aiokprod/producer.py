@@ -267,7 +267,7 @@ class Producer(ProducerLifecycle):
                 if self._runner is not None:
                     self._runner.cancel()
                 raise self._not_running() from exc
-            sender.pass_timer.reschedule(now_ms, delay_ms)  # moves the sender task's timer
+            sender.pass_timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
         return await delivery
 
     async def flush(self, timeout: float | None = None) -> None:

@@ -155,7 +155,7 @@ class Sender:
                 delay_ms = self.run_once(now_ms)
                 if self._stopping and not self._acc.has_incomplete():
                     return
-                await timer.sleep(now_ms, min(delay_ms, 3_600_000))
+                await timer.sleep(now_ms, delay_ms)
         finally:
             self._stopped.set()
 
