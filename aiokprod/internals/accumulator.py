@@ -460,6 +460,10 @@ class RecordAccumulator:
         """Whether any batch is still queued."""
         return bool(self._queues)
 
+    def queued_partitions(self) -> int:
+        """How many partitions have a batch queued (not in flight)."""
+        return len(self._queues)
+
     def queued_batches(self) -> int:
         """How many batches are queued (not in flight)."""
         return sum(len(dq) for dq in self._queues.values())

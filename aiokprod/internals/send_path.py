@@ -207,7 +207,15 @@ class SendPath:
         appended = self._acc.try_append(tp, ts, key_b, value_b, header_bytes, sticky, info)
         if appended is None:
             batch, index = await appender.append_new_batch(
-                tp, ts, key_b, value_b, header_bytes, sticky, info, started
+                tp,
+                ts,
+                key_b,
+                value_b,
+                header_bytes,
+                sticky,
+                info,
+                started,
+                appender.yield_threshold(num_partitions),
             )
         else:
             batch, index, _ = appended

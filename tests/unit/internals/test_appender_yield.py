@@ -1,10 +1,10 @@
 """When a new batch hands the event loop to the sender (``RecordAppender.append_new_batch``).
 
-One record at a time (``send()``), the loop yields at every new batch while others are queued,
-so the sender runs between the batches of a tight send loop. The bulk paths
-(``send_many()``) pass ``yield_at`` = the topic's partition count: the sender runs once a
-batch per partition is queued, so a Produce request carries several batches instead of one
-(Java's sender drains one batch per partition per request).
+``send()`` and the bulk paths (``send_many()``) pass ``yield_at`` = the topic's partition count
+(capped): the sender runs once that many partitions have a queued batch, so a Produce request
+carries several batches instead of one (Java's sender drains one batch per partition per
+request), or once twice as many batches are queued (records crowding into few partitions).
+With ``yield_at`` = 1 (a one-partition topic) every new batch behind a queued one yields.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 
 from aiokprod.clock import SystemClock
 from aiokprod.internals.accumulator import RecordAccumulator
-from aiokprod.internals.appender import RecordAppender
+from aiokprod.internals.appender import MAX_BATCHES_BEFORE_YIELD, RecordAppender
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.types import TopicPartition
@@ -58,7 +58,7 @@ async def new_batch(appender: RecordAppender, tp: TopicPartition, yield_at: int)
     await appender.append_new_batch(tp, 1000, None, b"v" * 30, None, None, info, -1, yield_at)
 
 
-async def test_one_record_at_a_time_yields_whenever_a_batch_is_queued() -> None:
+async def test_one_partition_yields_whenever_a_batch_is_queued() -> None:
     appender, acc = make_appender()
     append(acc, TPS[0])  # one batch queued
     probe = Probe()
@@ -69,25 +69,61 @@ async def test_one_record_at_a_time_yields_whenever_a_batch_is_queued() -> None:
     await task
 
 
-async def test_the_bulk_paths_yield_once_a_batch_per_partition_is_queued() -> None:
+async def test_the_sender_runs_once_a_batch_per_partition_is_queued() -> None:
     appender, acc = make_appender()
-    for tp in TPS[:4]:
-        append(acc, tp)
+    for tp in [TPS[0], *TPS[:4]]:
+        append(acc, tp)[0].is_full = True  # 5 batches queued, partitions 0-3
+
+    def fill(tp: TopicPartition) -> None:
+        acc.queued(tp)[-1].is_full = True
+
     probe = Probe()
     task = asyncio.create_task(probe.run())
-    await new_batch(appender, TPS[4], yield_at=PARTITIONS)  # 4 queued: no turn
+    await new_batch(appender, TPS[4], yield_at=PARTITIONS)  # 5 batches, 4 partitions: no turn
+    fill(TPS[4])
+    await new_batch(appender, TPS[0], yield_at=PARTITIONS)  # 6 batches, 5 partitions: no turn
+    fill(TPS[0])
+    await new_batch(appender, TPS[5], yield_at=PARTITIONS)  # 7 batches, 5 partitions: no turn
     assert probe.turns == 0
-    await new_batch(appender, TPS[5], yield_at=PARTITIONS)  # 5 queued: no turn
-    assert probe.turns == 0
-    append(acc, TopicPartition("u", 0))
-    await new_batch(appender, TopicPartition("u", 1), yield_at=PARTITIONS)  # 7 queued
+    fill(TPS[5])
+    await new_batch(appender, TPS[1], yield_at=PARTITIONS)  # 8 batches, 6 partitions: a turn
     assert probe.turns == 1
     probe.stop = True
     await task
 
 
-def test_the_bulk_threshold_is_a_batch_per_partition_up_to_what_a_request_holds() -> None:
+async def test_batches_crowding_into_few_partitions_still_let_the_sender_run() -> None:
+    appender, acc = make_appender()
+    for _ in range(2 * PARTITIONS - 2):
+        append(acc, TPS[0])[0].is_full = True  # ten full batches of one partition
+    probe = Probe()
+    task = asyncio.create_task(probe.run())
+    await new_batch(appender, TPS[1], yield_at=PARTITIONS)  # 10 batches queued, 1 partition
+    assert probe.turns == 0
+    acc.queued(TPS[1])[-1].is_full = True
+    await new_batch(appender, TPS[1], yield_at=PARTITIONS)  # 11 batches, 2 partitions
+    assert probe.turns == 0
+    acc.queued(TPS[1])[-1].is_full = True
+    await new_batch(appender, TPS[0], yield_at=PARTITIONS)  # 12: twice the threshold
+    assert probe.turns == 1
+    assert acc.queued_partitions() == 2
+    probe.stop = True
+    await task
+
+
+def test_the_threshold_is_a_batch_per_partition_up_to_what_a_request_holds() -> None:
     appender, _ = make_appender()  # batch_size 1000, max_request_size 1,000,000
-    assert appender.bulk_yield_at(PARTITIONS) == PARTITIONS
-    assert appender.bulk_yield_at(1) == 1
-    assert appender.bulk_yield_at(5000) == 1000  # a request holds 1,000 batches of 1000 B
+    assert appender.yield_threshold(PARTITIONS) == PARTITIONS
+    assert appender.yield_threshold(1) == 1
+    assert appender.yield_threshold(5000) == MAX_BATCHES_BEFORE_YIELD  # the loop's other tasks
+    small = RecordAppender(
+        make_appender()[1],
+        ByteBudget(10_000_000),
+        PartitionChooser("builtin", 1000, rng=random.Random(1)),
+        record_limit=4000,
+        max_block_ms=1000,
+        max_request_size=4000,
+        clock=SystemClock(),
+        check_running=lambda: None,
+    )
+    assert small.yield_threshold(PARTITIONS) == 4  # a request holds 4 batches of 1000 B
