@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 #: The offset reported when it is not known (acks=0: the broker sends no answer).
-UNKNOWN_OFFSET = -1
+UNKNOWN_OFFSET: Final = -1
 
 Header = tuple[str, bytes | None]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from aiokprod.errors import KafkaError
 from aiokprod.internals.adaptive import AdaptivePartitioning
@@ -33,7 +34,7 @@ from aiokprod.types import TopicPartition
 
 #: A batch may be sent once it is older than this (linger), or, after a failure, once its
 #: retry backoff has passed.
-FOREVER_MS = 2**62
+FOREVER_MS: Final = 2**62
 
 DrainFilter = Callable[[ProducerBatch], bool]
 
@@ -44,7 +45,7 @@ DrainFilter = Callable[[ProducerBatch], bool]
 AppendResult = tuple[ProducerBatch, int, int]
 
 
-_BATCH_OF_ONE_FRAMING = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
+_BATCH_OF_ONE_FRAMING: Final = BATCH_HEADER_SIZE + RECORD_FRAMING_BOUND
 
 
 def batch_of_one_size(key_size: int, value_size: int, headers_size: int) -> int:

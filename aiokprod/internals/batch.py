@@ -17,7 +17,7 @@ import asyncio
 import enum
 from bisect import bisect_right
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from aiokprod.errors import KafkaError
 from aiokprod.logs import get_logger
@@ -28,7 +28,7 @@ _T = TypeVar("_T")
 
 #: ``BatchResult.base_offset`` of a batch that was split (at least one of its pieces was
 #: acknowledged): each record's offset comes from its piece (:meth:`BatchResult.position`).
-SPLIT_OFFSET = -2
+SPLIT_OFFSET: Final = -2
 
 log = get_logger("aiokprod.batch")
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from aiokprod.errors import BrokerError, error_for_code
 from aiokprod.protocol.messages.metadata import MetadataResponse
 from aiokprod.types import TopicPartition
 
-NO_LEADER = -1
+NO_LEADER: Final = -1
 
 
 def is_valid_address(node_id: int, host: str | None, port: int) -> bool:

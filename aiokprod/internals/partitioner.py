@@ -18,17 +18,18 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable, Sequence
+from typing import Final
 
 import mmh3
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.internals.adaptive import AdaptivePartitioning
 
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
+_M: Final = 0x5BD1E995
+_SEED: Final = 0x9747B28C
+_MASK: Final = 0xFFFFFFFF
 #: Keys are often repeated (user ids, order ids): remember this many hashes.
-_HASH_CACHE_LIMIT = 65536
+_HASH_CACHE_LIMIT: Final = 65536
 
 
 def murmur2(data: bytes) -> int:

@@ -20,10 +20,10 @@ read per record: the lifecycle (:mod:`aiokprod.lifecycle`) sets them.
 
 from __future__ import annotations
 
-from _thread import get_ident
+import _thread
+import time
 from collections.abc import Callable, Sequence
-from time import time as _time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aiokprod.errors import InvalidArgumentError, KafkaError
 from aiokprod.internals.accumulator import batch_of_one_size
@@ -43,8 +43,13 @@ if TYPE_CHECKING:
     from aiokprod.internals.metadata import TopicInfo
     from aiokprod.internals.runtime import ProducerRuntime
 
+# Module-level Final names are C statics in the compiled build; an imported function is a
+# dict lookup in the module's globals per call.
+_get_ident: Final = _thread.get_ident
+_time: Final = time.time
+
 #: Record timestamps are int64 milliseconds on the wire.
-MAX_TIMESTAMP_MS = 2**63 - 1
+MAX_TIMESTAMP_MS: Final = 2**63 - 1
 
 
 def bad_timestamp(timestamp_ms: object) -> InvalidArgumentError:
@@ -109,7 +114,7 @@ class SendPath:
         """Raise unless the producer runs and this is its loop's thread (per call)."""
         if not self.open:
             raise self._not_running()
-        if get_ident() != self.thread_id:
+        if _get_ident() != self.thread_id:
             raise self._wrong_loop()
 
     async def send(  # noqa: C901 - the per-record hot path, kept in one frame on purpose
@@ -124,7 +129,7 @@ class SendPath:
         """:meth:`aiokprod.Producer.send` (its docstring is the contract)."""
         if not self.open:
             raise self._not_running()
-        if get_ident() != self.thread_id:
+        if _get_ident() != self.thread_id:
             raise self._wrong_loop()
         txn = self._txn
         if txn is not None:

@@ -10,30 +10,31 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from aiokprod.errors import ProtocolError
 
-_INT8 = struct.Struct(">b")
-_INT16 = struct.Struct(">h")
-_UINT16 = struct.Struct(">H")
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
-_INT64 = struct.Struct(">q")
-_FLOAT64 = struct.Struct(">d")
+_INT8: Final = struct.Struct(">b")
+_INT16: Final = struct.Struct(">h")
+_UINT16: Final = struct.Struct(">H")
+_INT32: Final = struct.Struct(">i")
+_UINT32: Final = struct.Struct(">I")
+_INT64: Final = struct.Struct(">q")
+_FLOAT64: Final = struct.Struct(">d")
 
-INT8 = _INT8
-INT16 = _INT16
-UINT16 = _UINT16
-INT32 = _INT32
-UINT32 = _UINT32
-INT64 = _INT64
-FLOAT64 = _FLOAT64
+INT8: Final = _INT8
+INT16: Final = _INT16
+UINT16: Final = _UINT16
+INT32: Final = _INT32
+UINT32: Final = _UINT32
+INT64: Final = _INT64
+FLOAT64: Final = _FLOAT64
 
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-UINT32_MAX = 2**32 - 1
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+UINT32_MAX: Final = 2**32 - 1
 
 
 # --- varints --------------------------------------------------------------------------------
@@ -83,9 +84,9 @@ def encode_varlong(n: int) -> bytes:
 
 
 # Most lengths and deltas in a record are small: encoding them is a list lookup.
-VARINT_CACHE_SIZE = 1 << 14
-_VARINT_CACHE: list[bytes] = [encode_varint(i) for i in range(VARINT_CACHE_SIZE)]
-_VARINT_MINUS_ONE = encode_varint(-1)
+VARINT_CACHE_SIZE: Final = 1 << 14
+_VARINT_CACHE: Final[list[bytes]] = [encode_varint(i) for i in range(VARINT_CACHE_SIZE)]
+_VARINT_MINUS_ONE: Final = encode_varint(-1)
 
 
 def varint_bytes(n: int) -> bytes:

@@ -11,6 +11,7 @@ field, a record error) back to the generic codec rather than handling it twice.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from aiokprod.protocol.messages.produce import (
     ProducePartitionResponse,
@@ -20,10 +21,10 @@ from aiokprod.protocol.messages.produce import (
 )
 from aiokprod.protocol.primitives import Reader, encode_unsigned_varint
 
-_ACKS_TIMEOUT = struct.Struct(">hi")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-FIRST_FLEXIBLE = 9
+_ACKS_TIMEOUT: Final = struct.Struct(">hi")
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+FIRST_FLEXIBLE: Final = 9
 
 
 def encode_produce_body(request: ProduceRequest, version: int, out: bytearray) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from typing import Final
 
 from crc32c import crc32c
 
@@ -48,32 +49,32 @@ from aiokprod.protocol.primitives import (
     varint_cache,
 )
 
-MAGIC = 2
-BATCH_HEADER_SIZE = 61
+MAGIC: Final = 2
+BATCH_HEADER_SIZE: Final = 61
 #: Upper bound of a record's framing bytes besides key, value and headers (Java's constant).
-MAX_RECORD_OVERHEAD = 21
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
+MAX_RECORD_OVERHEAD: Final = 21
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
 
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG = 0x10
-CONTROL_FLAG = 0x20
+COMPRESSION_MASK: Final = 0x07
+TIMESTAMP_TYPE_MASK: Final = 0x08
+TRANSACTIONAL_FLAG: Final = 0x10
+CONTROL_FLAG: Final = 0x20
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_PRODUCER_FIELDS = struct.Struct(">qhi")
-_UINT32 = struct.Struct(">I")
-_CRC_START = 21
-_PRODUCER_OFFSET = 43
+_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+_PRODUCER_FIELDS: Final = struct.Struct(">qhi")
+_UINT32: Final = struct.Struct(">I")
+_CRC_START: Final = 21
+_PRODUCER_OFFSET: Final = 43
 
-_VARINT = varint_cache()
-_NULL = encode_varint(-1)
-_NO_HEADERS = _VARINT[0]
-_ZERO_BYTE = b"\x00"
+_VARINT: Final = varint_cache()
+_NULL: Final = encode_varint(-1)
+_NO_HEADERS: Final = _VARINT[0]
+_ZERO_BYTE: Final = b"\x00"
 #: What :meth:`RecordBatchBuilder.append_values` returns when it has no value left over
 #: (every value it took from the iterator was appended).
-NO_LEFTOVER: object = object()
+NO_LEFTOVER: Final[object] = object()
 
 Header = tuple[str, bytes | None]
 Compressor = Callable[[bytes | bytearray | memoryview], bytes]
@@ -102,7 +103,7 @@ def encode_headers(headers: Sequence[Header]) -> bytes:
 #: The most bytes a record's framing takes besides key, value and headers: length,
 #: attributes, timestamp and offset deltas (``MAX_RECORD_OVERHEAD``) and the key and value
 #: length varints. The header count (at least one byte) comes on top.
-RECORD_FRAMING_BOUND = MAX_RECORD_OVERHEAD + 10
+RECORD_FRAMING_BOUND: Final = MAX_RECORD_OVERHEAD + 10
 
 
 def record_size_upper_bound(key_size: int, value_size: int, headers_size: int) -> int:
