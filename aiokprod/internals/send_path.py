@@ -64,6 +64,22 @@ def bad_partition(partition: object) -> InvalidArgumentError:
     return InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
 
 
+class _Route:
+    """What ``send()`` reads of a topic per record, from one metadata snapshot.
+
+    One native object per topic in the compiled build: the snapshot's ``topics`` mapping,
+    the interpreted ``TopicInfo`` and the TopicPartition tuple are looked up once per
+    snapshot instead of once per record.
+    """
+
+    __slots__ = ("info", "num_partitions", "tps")
+
+    def __init__(self, info: TopicInfo, tps: tuple[TopicPartition, ...]) -> None:
+        self.info = info
+        self.tps = tps
+        self.num_partitions = len(tps)
+
+
 class SendPath:
     """The producer's per-record send (see the module docstring).
 
@@ -100,8 +116,10 @@ class SendPath:
             and not cfg.partitioner_ignore_keys
         )
         self.hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
-        #: topic -> its TopicPartition objects (the appender's, cached here).
-        self._tps: dict[str, tuple[TopicPartition, ...]] = {}
+        #: topic -> what send() needs of it, from the metadata snapshot ``_routes_of``
+        #: (cleared when the snapshot is replaced; see :meth:`route`).
+        self._routes: dict[str, _Route] = {}
+        self._routes_of: object = None
         self.key_serializer: object = cfg.key_serializer
         self.value_serializer: object = cfg.value_serializer
         # Coroutine serializers and ones taking a context are awaited / given one; plain
@@ -152,11 +170,19 @@ class SendPath:
             if type(partition) is not int or partition < 0:  # bool is not int here either
                 raise bad_partition(partition)
             part = partition
-        info = self._metadata.snapshot.topics.get(topic)
+        snapshot = self._metadata.snapshot
+        if snapshot is not self._routes_of:
+            self._routes.clear()
+            self._routes_of = snapshot
+        route = self._routes.get(topic)
         started = -1
-        if info is None or (part >= 0 and part >= info.num_partitions):
-            started = self._clock.monotonic_ms()
-            info = await self.wait_for_topic(topic, None if part < 0 else part)
+        if route is None or part >= route.num_partitions:
+            route = self.route(topic)
+            if route is None or part >= route.num_partitions:
+                started = self._clock.monotonic_ms()
+                info = await self.wait_for_topic(topic, None if part < 0 else part)
+                route = _Route(info, self._appender.partitions_of(topic, len(info.partitions)))
+        info = route.info
         # Inline guards for the common types (this runs once per record); anything else
         # goes through the shared serializers.
         ks = self.key_serializer
@@ -194,7 +220,7 @@ class SendPath:
         else:
             raise bad_timestamp(timestamp_ms)
         sticky = None
-        num_partitions = len(info.partitions)
+        num_partitions = route.num_partitions
         if part < 0:
             if key_b is not None and self.hash_keys:
                 part = self.hasher.partition(key_b, num_partitions)
@@ -202,10 +228,7 @@ class SendPath:
                 part, sticky = appender.partitions.choose(
                     topic, key_b, num_partitions, info.available
                 )
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) != num_partitions:
-            tps = self._tps[topic] = appender.partitions_of(topic, num_partitions)
-        tp = tps[part]
+        tp = route.tps[part]
         if txn is not None:
             self.enlist(tp)
         # RecordAppender.append, inlined (this runs per record).
@@ -230,6 +253,16 @@ class SendPath:
         if batch.handles is not None:
             batch.handles.append(handle)
         return handle
+
+    def route(self, topic: str) -> _Route | None:
+        """``topic``'s route in the current metadata snapshot (cached), None if unknown."""
+        info = self._metadata.snapshot.topics.get(topic)
+        if info is None:
+            return None
+        route = self._routes[topic] = _Route(
+            info, self._appender.partitions_of(topic, len(info.partitions))
+        )
+        return route
 
     async def wait_for_topic(self, topic: object, partition: int | None) -> TopicInfo:
         """The topic's metadata, waiting up to ``max_block_ms`` (a typed error otherwise)."""
