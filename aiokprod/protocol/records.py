@@ -200,16 +200,21 @@ class RecordBatchBuilder:
         else:
             n = len(value)
             vl = _VARINT[n] if n < VARINT_CACHE_SIZE else encode_varint(n)
-        if headers is None:
-            headers = _NO_HEADERS
-        body = len(tsd) + len(od) + len(kl) + len(key) + len(vl) + len(value) + len(headers) + 1
+        # The record after its length prefix, joined once: its length is the prefix (one
+        # len() instead of one per part).
+        record = b"".join(
+            (_ZERO_BYTE, tsd, od, kl, key, vl, value, _NO_HEADERS if headers is None else headers)
+        )
+        body = len(record)
         prefix = _VARINT[body] if body < VARINT_CACHE_SIZE else encode_varint(body)
+        added = len(prefix) + body
         buf = self._buf
-        if count and len(buf) + len(prefix) + body > size_limit:
+        if count and len(buf) + added > size_limit:
             self.full = True
             return -1
-        buf += b"".join((prefix, _ZERO_BYTE, tsd, od, kl, key, vl, value, headers))
-        self.appended_bytes = len(prefix) + body
+        buf += prefix
+        buf += record
+        self.appended_bytes = added
         if len(buf) >= size_limit:
             self.full = True
         if count:
