@@ -1,12 +1,12 @@
-"""One producer, N records, in the pattern users write; for farm-bench before/after pairs.
+"""One producer, N records, in the pattern users write; for before/after pairs.
 
-Times nothing itself: run it under ``farm-bench`` (the whole process from outside) against
-a local Kafka whose topics ``bench`` and ``benchk`` exist, e.g.::
+Times nothing itself: run it under ``benchmarks/ab.py`` (the whole process from outside,
+A and B in turn) against a local Kafka whose topics ``bench`` and ``benchk`` exist, e.g.::
 
     .venv/bin/python -m aiokprod.testing run --topic bench:6:1 --topic benchk:6:1
     B=$BOOTSTRAP; S=benchmarks/send_patterns.py
-    farm-bench -n 5 --vs ".venv/bin/python $S $B callback 300000" \\
-        -- .venv-mypyc/bin/python $S $B callback 300000
+    .venv/bin/python -m benchmarks.ab -n 5 --a ".venv-mypyc/bin/python $S $B callback 300000" \\
+        --b ".venv/bin/python $S $B callback 300000"
 
 Modes: ``futures`` (``send()``, every future kept), ``callback`` (``send()`` and one
 ``add_done_callback`` per record, nothing kept), ``keyed`` (1,000 keys, futures kept),

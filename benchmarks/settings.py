@@ -178,7 +178,7 @@ CLIENTS: tuple[Client, ...] = (
         "aiokprod, compiled (mypyc)",
         "medium",
         interpreter=".venv-mypyc/bin/python",
-        only=("unkeyed", "keyed", "value-1k", "latency-linger0"),
+        only=("unkeyed", "keyed", "value-1k", "latency-linger0", "latency-linger5"),
         note="the optional mypyc build (docs/compiled.md; make test-compiled builds it)",
     ),
     Client(
