@@ -31,6 +31,7 @@ COMPILED_MODULES = [
     "aiokprod/internals/partitioner.py",
     "aiokprod/internals/serialization.py",
     "aiokprod/internals/send_path.py",
+    "aiokprod/internals/stats.py",
 ]
 
 ext_modules = []

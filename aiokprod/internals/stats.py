@@ -35,7 +35,7 @@ class Windowed:
         #: [start_ms, count, total, max] per sample, oldest first.
         self._samples: list[list[float]] = []
         #: The sum of every observation since start (the ``*-total`` metrics).
-        self.total: float = 0
+        self.total: float = 0.0
 
     def record(self, value: float, now_ms: int) -> None:
         """Add one observation of ``value`` at ``now_ms``."""
