@@ -105,7 +105,7 @@ class Sender:
         self._stats = stats
         self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
         #: When the loop runs its next pass (wakeups, the timer).
-        self.pass_timer = PassTimer()
+        self.pass_timer = PassTimer(clock)
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
         self._stopping = False
