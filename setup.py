@@ -12,14 +12,12 @@ import os
 
 from setuptools import setup
 
-# The per-record send path and the Produce encoder/decoder (docs/compiled.md says what each
-# bought). Left interpreted, measured or reasoned:
-# - the public facade (producer.py, lifecycle.py): compiled code checks argument types
-#   itself and would answer a wrong type with a bare TypeError instead of the typed
-#   aiokprod error the API promises; send() runs in internals/send_path.py instead, whose
-#   arguments are typed object and checked by our code;
-# - sender.py, pass_timer.py, net/connection.py: compiled, send_and_wait took 1.19x the
-#   CPU (most of it system time) and 1.14x the wall time.
+# The per-record send path, the Produce encoder/decoder, and the per-request path (the
+# sender, its timer, the connection and its protocol state; docs/compiled.md says what each
+# bought). Left interpreted, reasoned: the public facade (producer.py, lifecycle.py):
+# compiled code checks argument types itself and would answer a wrong type with a bare
+# TypeError instead of the typed aiokprod error the API promises; send() runs in
+# internals/send_path.py instead, whose arguments are typed object and checked by our code.
 COMPILED_MODULES = [
     "aiokprod/protocol/primitives.py",
     "aiokprod/protocol/records.py",
@@ -32,6 +30,10 @@ COMPILED_MODULES = [
     "aiokprod/internals/serialization.py",
     "aiokprod/internals/send_path.py",
     "aiokprod/internals/stats.py",
+    "aiokprod/internals/sender.py",
+    "aiokprod/internals/pass_timer.py",
+    "aiokprod/net/connection.py",
+    "aiokprod/protocol/connection.py",
 ]
 
 ext_modules = []

@@ -106,6 +106,8 @@ class Sender:
         self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
         #: When the loop runs its next pass (wakeups, the timer).
         self.pass_timer = PassTimer(clock)
+        #: Passes run so far, by the loop or by ``send_and_wait`` (for diagnostics and tests).
+        self.passes = 0
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
         self._stopping = False
@@ -161,6 +163,7 @@ class Sender:
 
     def run_once(self, now_ms: int) -> int:
         """One pass of the send loop; returns the ms until the next pass is needed."""
+        self.passes += 1
         delay = FOREVER_MS
         idem = self._idem
         if idem is not None:
