@@ -120,6 +120,7 @@ class SendPath:
         #: (cleared when the snapshot is replaced; see :meth:`route`).
         self._routes: dict[str, _Route] = {}
         self._routes_of: object = None
+        self._last_ts = -1
         self.key_serializer: object = cfg.key_serializer
         self.value_serializer: object = cfg.value_serializer
         # Coroutine serializers and ones taking a context are awaited / given one; plain
@@ -215,6 +216,14 @@ class SendPath:
         ts: int
         if timestamp_ms is None:
             ts = _time_ns() // 1_000_000
+            # One int object per millisecond, shared by that millisecond's records: the
+            # garbage collector visits what every kept handle holds, and a fresh int per
+            # record is a cache miss per handle per collection (pure Python; the compiled
+            # build keeps ints unboxed).
+            if ts == self._last_ts:
+                ts = self._last_ts
+            else:
+                self._last_ts = ts
         elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             ts = timestamp_ms
         else:
