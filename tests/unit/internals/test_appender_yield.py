@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from aiokprod.clock import SystemClock
 from aiokprod.internals.accumulator import RecordAccumulator
-from aiokprod.internals.appender import MAX_BATCHES_BEFORE_YIELD, RecordAppender
+from aiokprod.internals.appender import MAX_BATCHES_BEFORE_YIELD, MAX_HOLD_MS, RecordAppender
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.types import TopicPartition
@@ -25,7 +24,17 @@ PARTITIONS = 6
 TPS = [TopicPartition("t", p) for p in range(PARTITIONS)]
 
 
-def make_appender() -> tuple[RecordAppender, RecordAccumulator]:
+class ManualClock:
+    """Time moves only when a test says (no test here may depend on the machine's speed)."""
+
+    def __init__(self) -> None:
+        self.now_ms = 1_000
+
+    def monotonic_ms(self) -> int:
+        return self.now_ms
+
+
+def make_appender(clock: ManualClock | None = None) -> tuple[RecordAppender, RecordAccumulator]:
     acc = accumulator(batch_size=1000, linger_ms=10, delivery_timeout_ms=120_000)
     appender = RecordAppender(
         acc,
@@ -34,7 +43,7 @@ def make_appender() -> tuple[RecordAppender, RecordAccumulator]:
         record_limit=1_000_000,
         max_block_ms=1000,
         max_request_size=1_000_000,
-        clock=SystemClock(),
+        clock=clock or ManualClock(),
         check_running=lambda: None,
     )
     return appender, acc
@@ -111,6 +120,27 @@ async def test_batches_crowding_into_few_partitions_still_let_the_sender_run() -
     await task
 
 
+async def test_a_run_of_appends_gives_the_loop_a_turn_every_max_hold_ms() -> None:
+    clock = ManualClock()
+    appender, acc = make_appender(clock)
+    append(acc, TPS[0])[0].is_full = True  # one batch queued, of one partition
+    probe = Probe()
+    task = asyncio.create_task(probe.run())
+    clock.now_ms += MAX_HOLD_MS - 1
+    await new_batch(appender, TPS[1], yield_at=PARTITIONS)  # 2 partitions queued: no turn
+    assert probe.turns == 0
+    acc.queued(TPS[1])[-1].is_full = True
+    clock.now_ms += 1  # MAX_HOLD_MS since the appender began
+    await new_batch(appender, TPS[2], yield_at=PARTITIONS)
+    assert probe.turns == 1
+    acc.queued(TPS[2])[-1].is_full = True
+    clock.now_ms += MAX_HOLD_MS - 1  # counted from that turn
+    await new_batch(appender, TPS[3], yield_at=PARTITIONS)
+    assert probe.turns == 1
+    probe.stop = True
+    await task
+
+
 def test_the_threshold_is_a_batch_per_partition_up_to_what_a_request_holds() -> None:
     appender, _ = make_appender()  # batch_size 1000, max_request_size 1,000,000
     assert appender.yield_threshold(PARTITIONS) == PARTITIONS
@@ -123,7 +153,7 @@ def test_the_threshold_is_a_batch_per_partition_up_to_what_a_request_holds() -> 
         record_limit=4000,
         max_block_ms=1000,
         max_request_size=4000,
-        clock=SystemClock(),
+        clock=ManualClock(),
         check_running=lambda: None,
     )
     assert small.yield_threshold(PARTITIONS) == 4  # a request holds 4 batches of 1000 B
