@@ -200,9 +200,12 @@ class IdempotenceState:
                 # written in order, and retrying would be refused until the delivery
                 # timeout: it fails now, and on_failure settles the rest in gap mode.
                 return Verdict.FAIL
-            if state.gap and not batch.sequence_reset:
+            if state.gap:
                 # Behind the gap: the broker refused it, so it was not appended. It waits
-                # (see can_drain) and is renumbered once the gap is settled.
+                # (see can_drain) and is renumbered once the gap is settled. A batch already
+                # renumbered too: when the first batch of the new epoch fails for good, the
+                # ones after it are refused until renumbered again (they were resent under
+                # their stamps until the partition was blocked for the delivery timeout).
                 batch.not_appended = True
                 return Verdict.RETRY
             if not state.unresolved and (

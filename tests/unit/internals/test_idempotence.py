@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aiokprod.errors import (
@@ -1037,6 +1037,19 @@ OPS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(  # the new epoch's first batch fails for good too: the next is renumbered again
+    first_epoch=0,
+    ops=[
+        *[("new", 0, 1)] * 4,
+        *[("drain", 0, 0)] * 4,
+        ("respond", 0, "normal"),
+        ("respond", 0, "too_large"),  # a gap at sequence 1: 2 and 3 are refused behind it
+        ("respond", 0, "normal"),
+        ("respond", 0, "normal"),
+        ("drain", 0, 0),  # the epoch is bumped, 2 and 3 renumbered 0 and 1; 0 goes out
+        ("respond", 0, "too_large"),  # ... and fails for good: 1 was stuck behind it
+    ],
+)
 @given(
     # INT16_MAX - 1 drives epoch exhaustion (a new producer id settles the bump).
     first_epoch=st.sampled_from([0, INT16_MAX - 1]),
