@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
+from aiokprod.clock import LoopClock
+from aiokprod.producer import Producer
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.loop import VirtualLoop
@@ -75,6 +78,20 @@ class SimWorld:
     def transport(self) -> SimTransport:
         """The transport the producer connects through."""
         return self.network.transport()
+
+    def producer(self, rng: random.Random, **options: Any) -> Producer:
+        """A Producer wired to this world: its bootstrap, transport and virtual clock.
+
+        ``rng`` is the producer's own random source (tests pass a seeded one); ``options``
+        are Producer's.
+        """
+        return Producer(
+            self.cluster.bootstrap(),
+            transport=self.transport(),
+            clock=LoopClock(self.loop),
+            rng=rng,
+            **options,
+        )
 
     def digest(self) -> str:
         """A hash of the whole event trace (same seed -> same digest)."""

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokprod import DeliveryFuture, Producer
-from aiokprod.clock import LoopClock
 from aiokprod.testing.sim.world import SimWorld, Topology
 
 PARTITIONS = 6
@@ -28,13 +27,7 @@ def run(body: Callable[[Producer], Awaitable[None]], **options: Any) -> SimWorld
     world = SimWorld(random.Random(5), Topology(1, {"t": PARTITIONS}))
 
     async def main() -> None:
-        producer = Producer(
-            world.cluster.bootstrap(),
-            transport=world.transport(),
-            clock=LoopClock(world.loop),
-            rng=random.Random(6),
-            **options,
-        )
+        producer = world.producer(random.Random(6), **options)
         await producer.start()
         await producer.partitions_for("t")
         await body(producer)

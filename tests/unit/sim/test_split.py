@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from aiokprod import DeliveryFuture, Producer, RecordTooLargeError
-from aiokprod.clock import LoopClock
+from aiokprod import DeliveryFuture, RecordTooLargeError
 from aiokprod.testing.sim.world import SimWorld, Topology
 from aiokprod.types import ProducerRecord, RecordMetadata
 
@@ -26,14 +25,7 @@ def run(body_args: dict[str, Any], sizes: list[int]) -> tuple[list[DeliveryFutur
     futures: list[DeliveryFuture] = []
 
     async def body() -> None:
-        producer = Producer(
-            world.cluster.bootstrap(),
-            transport=world.transport(),
-            clock=LoopClock(world.loop),
-            rng=random.Random(4),
-            linger_ms=50,
-            **body_args,
-        )
+        producer = world.producer(random.Random(4), linger_ms=50, **body_args)
         await producer.start()
         await (await producer.send("t", b"warm-up"))  # the broker now has this producer's state
         for i, size in enumerate(sizes):
