@@ -117,7 +117,7 @@ class SendPath:
         )
         self.hasher = murmur3_hasher() if cfg.partitioner == "murmur3" else murmur2_hasher()
         #: topic -> what send() needs of it, from the metadata snapshot ``_routes_of``
-        #: (cleared when the snapshot is replaced; see :meth:`route`).
+        #: (cleared when the snapshot is replaced).
         self._routes: dict[str, _Route] = {}
         self._routes_of: object = None
         self._last_ts = -1
@@ -176,13 +176,15 @@ class SendPath:
             self._routes.clear()
             self._routes_of = snapshot
         route = self._routes.get(topic)
+        if route is None:
+            known = snapshot.topics.get(topic)
+            if known is not None:
+                route = self._routes[topic] = self._new_route(topic, known)
         started = -1
         if route is None or part >= route.num_partitions:
-            route = self.route(topic)
-            if route is None or part >= route.num_partitions:
-                started = self._clock.monotonic_ms()
-                info = await self.wait_for_topic(topic, None if part < 0 else part)
-                route = _Route(info, self._appender.partitions_of(topic, len(info.partitions)))
+            started = self._clock.monotonic_ms()
+            info = await self.wait_for_topic(topic, None if part < 0 else part)
+            route = self._new_route(topic, info)
         info = route.info
         # Inline guards for the common types (this runs once per record); anything else
         # goes through the shared serializers.
@@ -263,15 +265,8 @@ class SendPath:
             batch.handles.append(handle)
         return handle
 
-    def route(self, topic: str) -> _Route | None:
-        """``topic``'s route in the current metadata snapshot (cached), None if unknown."""
-        info = self._metadata.snapshot.topics.get(topic)
-        if info is None:
-            return None
-        route = self._routes[topic] = _Route(
-            info, self._appender.partitions_of(topic, len(info.partitions))
-        )
-        return route
+    def _new_route(self, topic: str, info: TopicInfo) -> _Route:
+        return _Route(info, self._appender.partitions_of(topic, len(info.partitions)))
 
     async def wait_for_topic(self, topic: object, partition: int | None) -> TopicInfo:
         """The topic's metadata, waiting up to ``max_block_ms`` (a typed error otherwise)."""

@@ -51,10 +51,7 @@ def run(body: Body, producer_type: type[Producer] = Producer, **options: Any) ->
         finally:
             await producer.close()
 
-    try:
-        world.loop.run_until_complete(main())
-    finally:
-        world.loop.close()
+    world.run(main())
     return world
 
 
@@ -151,10 +148,7 @@ def test_send_before_start_and_after_close_is_producer_closed() -> None:
             except BaseException as exc:  # noqa: BLE001
                 errors.append(type(exc))
 
-    try:
-        world.loop.run_until_complete(main())
-    finally:
-        world.loop.close()
+    world.run(main())
     assert errors == [ProducerClosedError, ProducerClosedError]
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokprod.clock import LoopClock
 from aiokprod.producer import Producer
@@ -13,6 +14,8 @@ from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.loop import VirtualLoop
 from aiokprod.testing.sim.network import SimNetwork, SimTransport
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,13 @@ class SimWorld:
             rng=rng,
             **options,
         )
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """Run ``main`` on this world's loop to its end, then close the loop."""
+        try:
+            return self.loop.run_until_complete(main)
+        finally:
+            self.loop.close()
 
     def digest(self) -> str:
         """A hash of the whole event trace (same seed -> same digest)."""

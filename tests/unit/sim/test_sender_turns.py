@@ -33,10 +33,7 @@ def run(body: Callable[[Producer], Awaitable[None]], **options: Any) -> SimWorld
         await body(producer)
         await producer.close()
 
-    try:
-        world.loop.run_until_complete(main())
-    finally:
-        world.loop.close()
+    world.run(main())
     return world
 
 

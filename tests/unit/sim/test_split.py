@@ -35,10 +35,7 @@ def run(body_args: dict[str, Any], sizes: list[int]) -> tuple[list[DeliveryFutur
         assert producer.metrics()["batch-split-total"] > 0
         await producer.close()
 
-    try:
-        world.loop.run_until_complete(body())
-    finally:
-        world.loop.close()
+    world.run(body())
     return futures, world
 
 
