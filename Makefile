@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-compiled test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
+.PHONY: demo test test-compiled wheels test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +25,16 @@ test: $(STAMP)
 ##                its own venv (.venv-mypyc; ~3 min the first time)
 MYPYC_VENV  := .venv-mypyc
 MYPYC_STAMP := $(MYPYC_VENV)/.installed
-$(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py')
-	rm -rf $(MYPYC_VENV) build
+# The compiled wheel is built once, into dist/compiled, and installed from there: what
+# test-compiled tests is the file `make wheels` ships.
+MYPYC_WHEEL := $(wildcard dist/compiled/aiokprod-*.whl)
+$(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py') $(if $(MYPYC_WHEEL),,FORCE)
+	rm -rf $(MYPYC_VENV) build dist/compiled
 	$(PYTHON) -m venv $(MYPYC_VENV)
 	$(MYPYC_VENV)/bin/python -m pip install --quiet --upgrade pip 'setuptools>=69' wheel 'mypy>=1.11'
 	$(MYPYC_VENV)/bin/python -m pip install --quiet '.[test,spark]'  # the dependencies mypyc type-checks against
-	AIOKPROD_MYPYC=1 $(MYPYC_VENV)/bin/python -m pip install --quiet --no-build-isolation --no-deps --force-reinstall .
+	AIOKPROD_MYPYC=1 $(MYPYC_VENV)/bin/python -m pip wheel --quiet --no-build-isolation --no-deps --wheel-dir dist/compiled .
+	$(MYPYC_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/compiled/aiokprod-*.whl
 	rm -rf build
 	touch $(MYPYC_STAMP)
 
@@ -38,6 +42,16 @@ $(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py')
 # Python) first on sys.path.
 test-compiled: $(MYPYC_STAMP)
 	AIOKPROD_EXPECT_COMPILED=1 $(MYPYC_VENV)/bin/pytest -p no:cacheprovider tests/unit
+
+## wheels: the release wheels in dist/ (docs/compiled.md, "Installing"): the pure-Python one
+##         (py3-none-any: every platform, CPython >= 3.11) and the compiled one for this
+##         platform and CPython (mypyc; the same file test-compiled tests), then checks both
+wheels: $(MYPYC_STAMP)
+	rm -rf build dist/*.whl
+	$(MYPYC_VENV)/bin/python -m pip wheel --quiet --no-build-isolation --no-deps --wheel-dir dist .
+	rm -rf build
+	cp dist/compiled/aiokprod-*.whl dist/
+	$(MYPYC_VENV)/bin/python tools/check_wheels.py dist
 
 ## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
 ##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
@@ -110,5 +124,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
+FORCE:
+
 clean:
-	rm -rf $(VENV) $(MYPYC_VENV) .venv-py3.* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MYPYC_VENV) .venv-py3.* dist .pytest_cache .mypy_cache .ruff_cache
