@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-compiled wheels test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
+.PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ wheels: $(MYPYC_STAMP)
 	rm -rf build
 	cp dist/compiled/aiokprod-*.whl dist/
 	$(MYPYC_VENV)/bin/python tools/check_wheels.py dist
+
+## test-uvloop: the integration tests of the network and send path (round trip, lifecycle,
+##              faults, hostile brokers) on uvloop instead of asyncio's own loop (a few min)
+UVLOOP_TESTS ?= event_loop or roundtrip or lifecycle or faults or hostile
+test-uvloop: $(STAMP)
+	AIOKPROD_TEST_LOOP=uvloop $(PY) -m pytest tests/integration -k "$(UVLOOP_TESTS)" $(PYTEST_ARGS)
 
 ## test-versions: the broker version matrix on every supported Apache Kafka release (3.6 to the
 ##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.

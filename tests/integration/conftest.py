@@ -1,10 +1,34 @@
-"""Integration-test hooks: print the fault scenarios' counts and the version matrix."""
+"""Integration-test hooks: the event loop, and the fault scenarios' counts and version matrix.
+
+``AIOKPROD_TEST_LOOP=uvloop`` runs every async test on uvloop instead of asyncio's own loop
+(``make test-uvloop``; docs/getting-started.md, "Faster").
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 from faults import RESULTS
 from versions_report import report_lines
+
+LOOP_ENV = "AIOKPROD_TEST_LOOP"
+_LOOP = os.environ.get(LOOP_ENV, "")
+if _LOOP not in ("", "asyncio", "uvloop"):
+    raise pytest.UsageError(f"{LOOP_ENV}={_LOOP!r}: expected uvloop or asyncio")
+
+if _LOOP == "uvloop":
+    # Defined only for such a run: pytest-asyncio parametrizes every async test by the
+    # factories this hook returns, and a run on asyncio's loop should stay as it is.
+    import uvloop
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> Mapping[str, Callable[[], Any]]:
+        """uvloop's loop for every async test."""
+        return {"uvloop": uvloop.new_event_loop}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
