@@ -31,6 +31,7 @@ COMPILED_MODULES = [
     "aiokprod/internals/send_path.py",
     "aiokprod/internals/stats.py",
     "aiokprod/internals/sender.py",
+    "aiokprod/internals/produce_response.py",
     "aiokprod/internals/pass_timer.py",
     "aiokprod/net/connection.py",
     "aiokprod/protocol/connection.py",

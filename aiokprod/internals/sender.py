@@ -8,7 +8,8 @@ Produce request per leader, expire what outlived ``delivery_timeout_ms``, and re
 nothing can happen. :meth:`Sender.run` sleeps that long or until woken (a new or full batch, a
 response, a connection change, a flush or close).
 
-Responses are handled synchronously as they arrive (on the connection's read task): each
+Responses are handled synchronously as they arrive (on the connection's read task), by the
+sender's :class:`~aiokprod.internals.produce_response.ProduceResponseHandler`: each
 partition's batch completes, is retried after a backoff, or fails with a typed error.
 """
 
@@ -17,28 +18,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Sequence
 
-from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import (
-    DeliveryTimeoutError,
-    DuplicateSequenceNumberError,
-    KafkaConnectionError,
-    KafkaError,
-    error_for_code,
-)
+from aiokprod.errors import KafkaConnectionError, KafkaError
 from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
-from aiokprod.internals.idempotence import IdempotenceState, Verdict
-from aiokprod.internals.interceptors import on_acknowledgement
-from aiokprod.internals.metadata import BrokerNode, MetadataState
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.metadata import MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
 from aiokprod.internals.pass_timer import PassTimer
+from aiokprod.internals.produce_response import ProduceResponseHandler
 from aiokprod.internals.producer_id import ProducerIdManager
-from aiokprod.internals.split import should_split, split_refused
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.transactions import PRODUCE_MAX_VERSION_TV1, TransactionManager
 from aiokprod.logs import get_logger
@@ -48,11 +40,9 @@ from aiokprod.protocol.compression import offload_threshold_bytes
 from aiokprod.protocol.messages.produce import (
     ProducePartitionData,
     ProduceRequest,
-    ProduceResponse,
     ProduceTopicData,
 )
-from aiokprod.protocol.schema import Struct
-from aiokprod.types import ProducerInterceptor, TopicPartition
+from aiokprod.types import TopicPartition
 
 log = get_logger("aiokprod.sender")
 
@@ -103,16 +93,25 @@ class Sender:
         self._idem = idempotence
         self._spawn = spawn
         self._stats = stats
-        self._interceptors: Sequence[ProducerInterceptor] = config.interceptors
         #: When the loop runs its next pass (wakeups, the timer).
         self.pass_timer = PassTimer(clock)
         #: Passes run so far, by the loop or by ``send_and_wait`` (for diagnostics and tests).
         self.passes = 0
         self._in_flight: dict[ProducerBatch, None] = {}
         self._next_in_flight_scan_ms = 0
-        self._stopping = False
-        #: Set by a forced stop: nothing is retried any more.
-        self._force_error: KafkaError | None = None
+        #: What becomes of each written batch; it also holds the stopping state.
+        self._responses = ProduceResponseHandler(
+            config,
+            accumulator,
+            metadata,
+            idempotence,
+            stats,
+            clock,
+            self._rng,
+            txn,
+            self._in_flight,
+            self.wakeup,
+        )
         self._stopped = asyncio.Event()
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
         self._offload = CompressionOffload(
@@ -120,7 +119,7 @@ class Sender:
             spawn,
             stats,
             on_done=self.wakeup,
-            on_failure=self._abandon,
+            on_failure=self._responses.abandon_batch,
         )
         #: A fatal error (e.g. InitProducerId refused for good): every batch fails with it.
         self.fatal_error: KafkaError | None = None
@@ -155,7 +154,7 @@ class Sender:
                 timer.wake_requested = False
                 now_ms = self._clock.monotonic_ms()
                 delay_ms = self.run_once(now_ms)
-                if self._stopping and not self._acc.has_incomplete():
+                if self._responses.stopping and not self._acc.has_incomplete():
                     return
                 await timer.sleep(now_ms, delay_ms)
         finally:
@@ -202,7 +201,7 @@ class Sender:
         expired = acc.expire(now_ms)
         if expired:
             for batch in expired:
-                self._give_up(batch, self._delivery_timeout(batch, now_ms, None), now_ms)
+                self._responses.expire_batch(batch, now_ms)
         delay = min(delay, self._expire_in_flight(now_ms))
         next_deadline = pool.check_request_timeouts(now_ms)
         if next_deadline is not None:
@@ -245,7 +244,7 @@ class Sender:
         )
         self._stats.on_request(node, batches, size, now_ms)
         acks_zero = self._config.acks == 0
-        handler = functools.partial(self._on_produce_response, by_tp, node, now_ms)
+        handler = functools.partial(self._responses.handle_produce_response, by_tp, node, now_ms)
         try:
             if conn is None:
                 raise KafkaConnectionError(f"node {node}: connection closed before sending")
@@ -264,177 +263,10 @@ class Sender:
         if acks_zero:
             # No answer will come: the records are done once written (offsets unknown).
             for batch in batches:
-                self._complete(batch, -1, -1)
+                self._responses.complete_batch(batch, -1, -1)
             return
         for batch in batches:
             self._in_flight[batch] = None
-
-    def _on_produce_response(
-        self,
-        by_tp: dict[TopicPartition, ProducerBatch],
-        node: int,
-        sent_ms: int,
-        body: Struct | None,
-        error: BaseException | None,
-    ) -> None:
-        now_ms = self._clock.monotonic_ms()
-        if error is not None or not isinstance(body, ProduceResponse):
-            # No answer (disconnect, request timeout, broken response): whether the batches
-            # were written is unknown, so they are retried as they are.
-            failure = error if error is not None else KafkaConnectionError("no Produce response")
-            if not isinstance(failure, KafkaError) or not failure.retriable:
-                failure = KafkaConnectionError(f"Produce request failed: {failure}")
-            self._metadata.request_update()
-            for batch in by_tp.values():
-                self._on_batch_error(batch, failure, now_ms)
-            self.wakeup()
-            return
-        self._stats.on_response(node, now_ms - sent_ms, body.throttle_time_ms, now_ms)
-        endpoints = {
-            e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
-        }
-        failed = False
-        for topic in body.responses:
-            for part in topic.partition_responses:
-                tp = TopicPartition(topic.name, part.index)
-                if tp not in by_tp:
-                    continue  # a partition we did not send (a broken broker): ignored
-                batch = by_tp.pop(tp)
-                if part.error_code == 0:
-                    self._on_batch_success(batch, part.base_offset, part.log_append_time_ms)
-                    continue
-                exc = error_for_code(part.error_code, part.error_message)
-                record_errors: dict[int, BaseException] | None = None
-                if part.record_errors:
-                    record_errors = {
-                        e.batch_index: error_for_code(
-                            part.error_code, e.batch_index_error_message or part.error_message
-                        )
-                        for e in part.record_errors
-                    }
-                hint = part.current_leader
-                moved = False
-                if hint is not None and hint.leader_id >= 0:
-                    moved = self._metadata.apply_leader_hint(
-                        batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
-                    )
-                self._on_batch_error(batch, exc, now_ms, record_errors, leader_moved=moved)
-                failed = True
-        for batch in by_tp.values():
-            self._on_batch_error(
-                batch,
-                KafkaConnectionError("the broker's response left out this partition"),
-                now_ms,
-            )
-            failed = True
-        # A pass is needed when something can go now (queued batches: an in-flight slot or a
-        # muted partition was freed), after a failure (retries, idempotence), or to finish a
-        # close. Otherwise (the answer to a lone send_and_wait) the loop sleeps on.
-        if failed or self._stopping or self._acc.has_undrained():
-            self.wakeup()
-
-    def _on_batch_success(self, batch: ProducerBatch, base_offset: int, append_ms: int) -> None:
-        if batch.final_state is not None:
-            # It expired while its request was out, and was written after all.
-            if self._idem is not None:
-                self._idem.on_late_outcome(batch, appended=True)
-            return
-        self._complete(batch, base_offset, append_ms)
-
-    def _on_batch_error(
-        self,
-        batch: ProducerBatch,
-        exc: BaseException,
-        now_ms: int,
-        record_errors: dict[int, BaseException] | None = None,
-        *,
-        leader_moved: bool = False,
-    ) -> None:
-        self._in_flight.pop(batch, None)
-        batch.in_flight = False
-        self._acc.muted.discard(batch.tp)
-        idem = self._idem
-        if batch.final_state is not None:
-            # It expired while its request was out; a duplicate answer means written.
-            if idem is not None:
-                appended = isinstance(exc, DuplicateSequenceNumberError)
-                idem.on_late_outcome(batch, appended=appended)
-            return
-        forced = self._force_error is not None
-        if should_split(batch, exc, now_ms, self._config.delivery_timeout_ms, forced=forced):
-            self._split(batch, exc, now_ms)
-            return
-        if idem is not None and batch.has_sequence:
-            verdict = idem.on_error(batch, exc)
-        elif isinstance(exc, DuplicateSequenceNumberError):
-            verdict = Verdict.DUPLICATE
-        else:
-            verdict = Verdict.RETRY if getattr(exc, "retriable", False) else Verdict.FAIL
-        if verdict is Verdict.DUPLICATE:
-            self._complete(batch, -1, -1)  # written before: success, offset unknown (as Java)
-            return
-        if verdict is Verdict.FAIL:
-            self._fail(batch, exc, now_ms, record_errors)
-            return
-        if not self._can_retry(batch, now_ms):
-            # Out of time or retries: an earlier attempt may have been written.
-            self._give_up(batch, self._delivery_timeout(batch, now_ms, exc), now_ms)
-            return
-        if getattr(exc, "invalid_metadata", False):
-            self._metadata.request_update()
-        # A KIP-951 hint named the new leader: resend there at once, as Java does.
-        wait = (
-            0
-            if leader_moved
-            else backoff_ms(
-                batch.attempts + 1,
-                self._config.retry_backoff_ms,
-                self._config.retry_backoff_max_ms,
-                self._rng,
-            )
-        )
-        self._acc.reenqueue(batch, now_ms, wait)
-        self._stats.on_retry(batch, now_ms)
-        log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts, error=str(exc))
-
-    def _split(self, batch: ProducerBatch, exc: BaseException, now_ms: int) -> None:
-        """Refused as too large: its records go back in smaller batches (internals/split.py)."""
-        pieces = split_refused(batch, self._acc, self._idem, now_ms)
-        if batch.handles and self._interceptors:
-            # Its handles complete when the last piece does: the interceptors hear then.
-            notify = functools.partial(on_acknowledgement, self._interceptors)
-            batch.result.add_callback(notify, batch)
-        self._stats.on_split(batch, now_ms)
-        log.warning(
-            "batch too large for the broker, split",
-            tp=batch.tp,
-            pieces=[p.record_count for p in pieces],
-            error=str(exc),
-        )
-
-    def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
-        if self._stopping and self._force_error is not None:
-            return False
-        return (
-            batch.attempts < self._config.retries
-            and now_ms - batch.created_ms < self._config.delivery_timeout_ms
-        )
-
-    def _delivery_timeout(
-        self, batch: ProducerBatch, now_ms: int, last_error: BaseException | None
-    ) -> KafkaError:
-        waited = now_ms - batch.created_ms
-        tail = f"; last error: {last_error}" if last_error is not None else ""
-        if waited < self._config.delivery_timeout_ms and isinstance(last_error, KafkaError):
-            return last_error  # out of retries rather than out of time: report the error
-        error = DeliveryTimeoutError(
-            f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} not "
-            f"acknowledged within delivery_timeout_ms={self._config.delivery_timeout_ms} "
-            f"({waited} ms since send, {batch.attempts} retries){tail}"
-        )
-        if last_error is not None:
-            error.__cause__ = last_error
-        return error
 
     def _expire_in_flight(self, now_ms: int) -> int:
         """Fail in-flight batches past the delivery timeout; ms until the next scan.
@@ -450,9 +282,7 @@ class Sender:
         for batch in list(self._in_flight):
             if now_ms - batch.created_ms >= limit:
                 del self._in_flight[batch]
-                self._give_up(
-                    batch, self._delivery_timeout(batch, now_ms, None), now_ms, outstanding=True
-                )
+                self._responses.expire_batch(batch, now_ms, outstanding=True)
             else:
                 oldest = min(oldest, batch.created_ms)
         self._next_in_flight_scan_ms = now_ms + IN_FLIGHT_EXPIRY_SCAN_MS
@@ -460,77 +290,13 @@ class Sender:
             return FOREVER_MS
         return max(oldest + limit - now_ms, IN_FLIGHT_EXPIRY_SCAN_MS)
 
-    # --- outcomes ---------------------------------------------------------------------------
-
-    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
-        self._in_flight.pop(batch, None)
-        self._acc.muted.discard(batch.tp)
-        if not batch.complete(base_offset, log_append_time_ms):
-            return
-        self._acc.deallocate(batch)
-        if self._idem is not None:
-            self._idem.on_success(batch)
-        self._stats.on_success(batch, self._clock.monotonic_ms())
-        on_acknowledgement(self._interceptors, batch)
-
-    def _fail(
-        self,
-        batch: ProducerBatch,
-        exc: BaseException,
-        now_ms: int,
-        record_errors: dict[int, BaseException] | None = None,
-    ) -> None:
-        """Fail a batch on a definite broker verdict (it was not appended)."""
-        if not self._finish_failed(batch, exc, record_errors):
-            return
-        if self._txn is not None:
-            self._txn.on_batch_error(exc)
-        if self._idem is not None:
-            may_retry = batch.attempts < self._config.retries
-            self._idem.on_failure(batch, exc, may_retry=may_retry)
-
-    def _give_up(
-        self, batch: ProducerBatch, exc: BaseException, now_ms: int, *, outstanding: bool = False
-    ) -> None:
-        """Fail a batch whose fate is unknown: it may have been appended.
-
-        That is a batch past its delivery timeout, or out of retries after a retriable error.
-        """
-        if not self._finish_failed(batch, exc, None):
-            return
-        if self._txn is not None:
-            self._txn.on_batch_error(exc)
-        if self._idem is not None:
-            self._idem.on_expired(batch, outstanding=outstanding)
-
-    def _abandon(self, batch: ProducerBatch, exc: BaseException) -> None:
-        """Fail a batch because the producer stops (close timeout, crash, fatal error)."""
-        if self._finish_failed(batch, exc, None) and self._idem is not None:
-            self._idem.on_abandoned(batch)
-
-    def _finish_failed(
-        self,
-        batch: ProducerBatch,
-        exc: BaseException,
-        record_errors: dict[int, BaseException] | None,
-    ) -> bool:
-        self._in_flight.pop(batch, None)
-        self._acc.muted.discard(batch.tp)
-        if not batch.fail(exc, record_errors):
-            return False
-        self._acc.deallocate(batch)
-        self._stats.on_failure(batch, self._clock.monotonic_ms())
-        log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
-        on_acknowledgement(self._interceptors, batch)
-        return True
-
     def fail_all(self, error: KafkaError) -> None:
         """Fail every incomplete batch, queued or in flight (force close, crash, fatal)."""
         for batch in self._acc.abort_undrained(error):
             if self._idem is not None:
                 self._idem.on_abandoned(batch)
         for batch in self._acc.incomplete_batches():
-            self._abandon(batch, error)
+            self._responses.abandon_batch(batch, error)
 
     # --- idempotence ------------------------------------------------------------------------
 
@@ -574,10 +340,10 @@ class Sender:
 
         With ``force_error`` every incomplete batch fails with it at once instead.
         """
-        self._stopping = True
+        self._responses.stopping = True
         self._acc.begin_close()
         if force_error is not None:
-            self._force_error = force_error
+            self._responses.force_error = force_error
             self.fail_all(force_error)
         self.wakeup()
 
