@@ -340,6 +340,7 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
                 payload_file,
                 {**COMMON, **settings},
             )
+            env: dict[str, str] | None = None
         else:
             spec = {
                 "client": client.id,
@@ -352,6 +353,7 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
                 "value_size": workload.value_size,
                 "keys": workload.keys,
                 "settings": settings,
+                "event_loop": client.event_loop,
             }
             result_path = workdir / "result.json"
             python, env = _interpreter(client, workdir)

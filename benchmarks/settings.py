@@ -131,6 +131,8 @@ class Client:
     """Whether it can send keyed records."""
     interpreter: str = ""
     """Another Python than the suite's, relative to the project root (skipped if missing)."""
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    """The event loop an asynchronous client's runner runs on (aiokprod's runner only)."""
     note: str = ""
 
 
@@ -190,6 +192,16 @@ CLIENTS: tuple[Client, ...] = (
         interpreter=".venv-mypyc/bin/python",
         only=("unkeyed", "keyed"),
         note="the mypyc build, add_done_callback on each send()'s future",
+    ),
+    Client(
+        "aiokprod-mypyc-uvloop",
+        "aiokprod",
+        "aiokprod, compiled (mypyc), uvloop",
+        "medium",
+        interpreter=".venv-mypyc/bin/python",
+        event_loop="uvloop",
+        only=("unkeyed", "latency-linger0", "latency-linger5"),
+        note="the mypyc build on uvloop instead of asyncio's loop (an option users may pick)",
     ),
     Client("aiokafka", "aiokafka", "aiokafka", "medium"),
     Client(

@@ -50,6 +50,11 @@ async def run(spec: Spec, outcome: Outcome) -> None:
     outcome.library = f"aiokprod {aiokprod.__version__}" + (
         f" (mypyc: {len(compiled)} modules)" if compiled else ""
     )
+    loop_module = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    if loop_module != spec.event_loop:
+        raise RuntimeError(f"asked for {spec.event_loop}, running on {loop_module}")
+    if loop_module != "asyncio":
+        outcome.library += f" on {loop_module}"
     records = Records(spec)
     async with Producer(spec.bootstrap, **options(spec)) as producer:
         await producer.partitions_for(spec.topic)  # metadata before the clock starts
@@ -139,8 +144,17 @@ async def _latency(producer: Producer, spec: Spec, records: Records, outcome: Ou
     outcome.sent = spec.warmup + spec.records
 
 
+def _run_on_its_loop(spec: Spec, outcome: Outcome) -> None:
+    if spec.event_loop == "uvloop":
+        import uvloop  # only this row needs it (a test dependency)
+
+        uvloop.run(run(spec, outcome))
+    else:
+        asyncio.run(run(spec, outcome))
+
+
 def main() -> None:
-    run_main(lambda spec, outcome: asyncio.run(run(spec, outcome)))
+    run_main(_run_on_its_loop)
 
 
 if __name__ == "__main__":

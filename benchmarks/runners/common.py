@@ -29,6 +29,7 @@ class Spec:
     value_size: int
     keys: int
     settings: dict[str, Any]
+    event_loop: str = "asyncio"
 
     @property
     def library_defaults(self) -> bool:
