@@ -232,7 +232,7 @@ class ProduceResponseHandler:
         )
 
     def _can_retry(self, batch: ProducerBatch, now_ms: int) -> bool:
-        if self.stopping and self.force_error is not None:
+        if self.force_error is not None:  # set only by a forced stop
             return False
         return (
             batch.attempts < self._config.retries

@@ -7,30 +7,15 @@ is shown to refuse what a broken build would produce, on wheels made up in a scr
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
-import sys
 import zipfile
 from pathlib import Path
 from types import ModuleType
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SO = importlib.machinery.EXTENSION_SUFFIXES[0]  # this interpreter's, e.g. ".cpython-311-...so"
 SOURCES = {"aiokprod/__init__.py", "aiokprod/a.py", "aiokprod/sub/b.py", "aiokprod/py.typed"}
 LISTED = ["aiokprod.a", "aiokprod.sub.b"]
 METADATA = "Metadata-Version: 2.1\nName: aiokprod\nVersion: 0.1.0\nRequires-Dist: mmh3>=4.1\n"
-
-
-@pytest.fixture(scope="module")
-def check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_wheels", ROOT / "tools/check_wheels.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_wheels"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _wheel(path: Path, files: set[str], purelib: bool, metadata: str = METADATA) -> Path:
@@ -47,27 +32,27 @@ def _compiled_files(modules: list[str]) -> set[str]:
     return SOURCES | {m.replace(".", "/") + SO for m in modules} | {"3f2a__mypyc" + SO}
 
 
-def test_good_wheels_pass(check: ModuleType, tmp_path: Path) -> None:
+def test_good_wheels_pass(check_wheels: ModuleType, tmp_path: Path) -> None:
     pure = _wheel(tmp_path / "p.whl", SOURCES, purelib=True)
     compiled = _wheel(tmp_path / "c.whl", _compiled_files(LISTED), purelib=False)
     with zipfile.ZipFile(pure) as p, zipfile.ZipFile(compiled) as c:
-        assert check.check_pure(p, SOURCES) == []
-        assert check.check_compiled(c, SOURCES, LISTED) == []
-        assert check.check_same_metadata(p, c) == []
+        assert check_wheels.check_pure(p, SOURCES) == []
+        assert check_wheels.check_compiled(c, SOURCES, LISTED) == []
+        assert check_wheels.check_same_metadata(p, c) == []
 
 
 def test_a_pure_wheel_with_an_extension_module_or_a_missing_source_fails(
-    check: ModuleType, tmp_path: Path
+    check_wheels: ModuleType, tmp_path: Path
 ) -> None:
     files = (SOURCES - {"aiokprod/sub/b.py"}) | {"aiokprod/a" + SO}
     with zipfile.ZipFile(_wheel(tmp_path / "p.whl", files, purelib=True)) as p:
-        problems = check.check_pure(p, SOURCES)
+        problems = check_wheels.check_pure(p, SOURCES)
     assert any("missing source file aiokprod/sub/b.py" in x for x in problems)
     assert any("extension module aiokprod/a" in x for x in problems)
 
 
 def test_a_compiled_wheel_must_compile_exactly_the_listed_modules(
-    check: ModuleType, tmp_path: Path
+    check_wheels: ModuleType, tmp_path: Path
 ) -> None:
     short = _wheel(tmp_path / "c1.whl", _compiled_files(["aiokprod.a"]), purelib=False)
     extra = _wheel(
@@ -78,27 +63,31 @@ def test_a_compiled_wheel_must_compile_exactly_the_listed_modules(
         tmp_path / "c4.whl", _compiled_files(LISTED) - {"3f2a__mypyc" + SO}, purelib=False
     )
     with zipfile.ZipFile(short) as c:
-        assert "missing ['aiokprod.sub.b']" in " ".join(check.check_compiled(c, SOURCES, LISTED))
+        assert "missing ['aiokprod.sub.b']" in " ".join(
+            check_wheels.check_compiled(c, SOURCES, LISTED)
+        )
     with zipfile.ZipFile(extra) as c:
-        assert "extra ['aiokprod.__init__']" in " ".join(check.check_compiled(c, SOURCES, LISTED))
+        assert "extra ['aiokprod.__init__']" in " ".join(
+            check_wheels.check_compiled(c, SOURCES, LISTED)
+        )
     with zipfile.ZipFile(pure_tag) as c:
-        assert "Root-Is-Purelib: false" in " ".join(check.check_compiled(c, SOURCES, LISTED))
+        assert "Root-Is-Purelib: false" in " ".join(check_wheels.check_compiled(c, SOURCES, LISTED))
     with zipfile.ZipFile(no_runtime) as c:
-        assert "mypyc runtime" in " ".join(check.check_compiled(c, SOURCES, LISTED))
+        assert "mypyc runtime" in " ".join(check_wheels.check_compiled(c, SOURCES, LISTED))
 
 
 def test_wheels_of_different_versions_or_dependencies_fail(
-    check: ModuleType, tmp_path: Path
+    check_wheels: ModuleType, tmp_path: Path
 ) -> None:
     pure = _wheel(tmp_path / "p.whl", SOURCES, purelib=True)
     other = METADATA.replace("mmh3>=4.1", "mmh3>=5")
     compiled = _wheel(tmp_path / "c.whl", _compiled_files(LISTED), purelib=False, metadata=other)
     with zipfile.ZipFile(pure) as p, zipfile.ZipFile(compiled) as c:
-        assert any("Requires-Dist" in x for x in check.check_same_metadata(p, c))
+        assert any("Requires-Dist" in x for x in check_wheels.check_same_metadata(p, c))
 
 
-def test_the_source_list_and_compiled_list_come_from_the_tree(check: ModuleType) -> None:
-    sources = check.source_files(ROOT / "aiokprod")
+def test_the_source_list_and_compiled_list_come_from_the_tree(check_wheels: ModuleType) -> None:
+    sources = check_wheels.source_files(ROOT / "aiokprod")
     assert "aiokprod/py.typed" in sources
     assert "aiokprod/internals/send_path.py" in sources
-    assert "aiokprod.internals.send_path" in check.listed_modules(ROOT / "setup.py")
+    assert "aiokprod.internals.send_path" in check_wheels.listed_modules(ROOT / "setup.py")
