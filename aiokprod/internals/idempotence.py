@@ -10,6 +10,9 @@ offset. So retries never duplicate or reorder records, provided that the client:
   and only the same stamp lets the broker recognise it;
 - sends a retried batch only when it is its partition's lowest unacknowledged sequence, so
   that retries reach the broker in order;
+- sends one batch per partition until the broker acknowledged one of the producer id there:
+  without state for the id it appends any first sequence (KIP-360), so a later batch could
+  be appended before an earlier refused one (the Java client pipelines from the start);
 - moves a partition to a new epoch (sequences from 0) only when none of its batches is in
   flight under the old one, and rewrites batches under a new epoch only when the broker
   provably did not append them.
@@ -81,6 +84,9 @@ class PartitionSequences:
     #: resent under their own stamps until each has a definite answer (appended, or refused
     #: with OUT_OF_ORDER_SEQUENCE_NUMBER); only then are the refused ones renumbered.
     gap: bool = False
+    #: Set once a batch under ``producer_id`` was acknowledged here: the broker then holds
+    #: state for the id and checks every sequence (see ``IdempotenceState.can_drain``).
+    broker_has_state: bool = False
 
 
 class IdempotenceState:
@@ -139,6 +145,14 @@ class IdempotenceState:
                 # Old-epoch batches are still out: a new-epoch batch with sequence 0 must
                 # not overtake them.
                 return False
+            if state.in_flight and not state.broker_has_state:
+                # Nothing of this producer id acknowledged here yet: the broker may have no
+                # state for it, and then it appends a batch with any first sequence
+                # (KIP-360). A later batch sent now could be taken while an earlier one is
+                # refused (NOT_LEADER_OR_FOLLOWER from a leader still loading, a leader
+                # that moved, MESSAGE_TOO_LARGE), and the earlier one could then never be
+                # written in its place. So one batch at a time until the first answer.
+                return False
             # An earlier batch's outcome is unknown, or a gap is being settled: wait.
             return not (state.unresolved or state.gap)
         # A retry: only the lowest unacknowledged sequence may go (in-flight drops to 1);
@@ -153,7 +167,10 @@ class IdempotenceState:
             return
         state = self._state(batch.tp)
         if self._is_stale(state) and not state.in_flight:
-            # The partition moves to the current id/epoch: sequences start again at 0.
+            # The partition moves to the current id/epoch: sequences start again at 0. Under
+            # a new epoch of the same id the broker keeps our state (and wants sequence 0).
+            if state.producer_id != self.producer_id:
+                state.broker_has_state = False
             state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
             state.next_sequence = 0
             state.last_acked_sequence = -1
@@ -170,6 +187,8 @@ class IdempotenceState:
         if state is None or not batch.has_sequence:
             return
         _remove(state.in_flight, batch)
+        if batch.producer_id == state.producer_id:
+            state.broker_has_state = True
         if (batch.producer_id, batch.producer_epoch) == (state.producer_id, state.producer_epoch):
             last = increment_sequence(batch.base_sequence, batch.record_count - 1)
             if state.last_acked_sequence < 0 or _seq_after(last, state.last_acked_sequence):
@@ -187,7 +206,9 @@ class IdempotenceState:
             return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
         if isinstance(error, UnknownProducerIdError):
             # The broker lost our state (e.g. retention removed the log head). Unless this
-            # batch was already renumbered, bump the epoch and renumber from 0.
+            # batch was already renumbered, bump the epoch and renumber from 0. Without our
+            # state it takes any first sequence: one batch at a time again (can_drain).
+            state.broker_has_state = False
             if not batch.sequence_reset:
                 self._request_bump(batch.tp)
             return Verdict.RETRY
@@ -411,6 +432,8 @@ class IdempotenceState:
         """Renumber the partitions that asked for it from 0 under the current id and epoch."""
         for tp in sorted(self._rewrite):
             state = self._state(tp)
+            if state.producer_id != self.producer_id:
+                state.broker_has_state = False
             state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
             state.next_sequence = 0
             state.last_acked_sequence = -1

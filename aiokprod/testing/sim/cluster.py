@@ -442,16 +442,12 @@ class SimCluster:
     def _too_large(self, part: SimPartition, batch: RecordBatch, size: int) -> bool:
         """Whether the topic's ``max.message.bytes`` refuses this batch.
 
-        Kafka checks the size before the producer state. Here the limit applies only where
-        the producer has state on the partition (or is not idempotent), as the injected
-        rejections do: without state a 4.x broker accepts the next in-flight batch with any
-        sequence, so a later batch would land before the refused one's pieces, which no
-        client avoids (Java's included; docs/delivery-guarantees.md).
+        Kafka checks the size before the producer state, so a new producer's first batch
+        is refused too (a broker without state for it would take a later one with any
+        sequence: the producer must not have one out, see docs/simulation.md).
         """
         limit = self.max_message_bytes.get(part.topic)
-        if limit is None or size <= limit:
-            return False
-        return batch.producer_id < 0 or batch.producer_id in part.log.producers
+        return limit is not None and size > limit
 
     def _injected_rejection(
         self,
@@ -463,11 +459,6 @@ class SimCluster:
     ) -> ProducePartitionResponse | None:
         """An injected error answer for this batch (nothing appended), or None."""
         topic, index = part.topic, part.index
-        # Injected rejections strike only where the producer has state on the partition (or
-        # is not idempotent): without state a 4.x broker accepts the next in-flight batch with
-        # any sequence (KIP-360), and then no client, Java's included, avoids a duplicate.
-        if batch.producer_id >= 0 and batch.producer_id not in part.log.producers:
-            return None
         fault = self.faults.roll(_REJECTIONS, now_ms)
         if fault is None:
             return None
@@ -482,7 +473,8 @@ class SimCluster:
         if fault.kind == "not_enough_replicas":
             self.trace(f"produce {topic}-{index}: injected NOT_ENOUGH_REPLICAS")
             return answer(NOT_ENOUGH_REPLICAS)
-        if batch.producer_id >= 0 and part.log.would_append(batch):
+        # Only where the producer has state: a 4.x broker without it takes the batch.
+        if batch.producer_id in part.log.producers and part.log.would_append(batch):
             self.trace(f"produce {topic}-{index}: injected UNKNOWN_PRODUCER_ID")
             return answer(UNKNOWN_PRODUCER_ID)
         return None

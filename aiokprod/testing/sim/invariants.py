@@ -24,13 +24,20 @@
     after a fault fails this).
 11. A delivery fails only with ``DeliveryTimeoutError``, ``ProducerClosedError`` (``close()``
     gave up) or a broker's non-retriable error; a transport problem is never a verdict.
+12. With idempotence, no delivery fails with ``OutOfOrderSequenceNumberError``: no batch is
+    overtaken by a later one of its partition (the simulated brokers never lose our state).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aiokprod.errors import BrokerError, DeliveryTimeoutError, ProducerClosedError
+from aiokprod.errors import (
+    BrokerError,
+    DeliveryTimeoutError,
+    OutOfOrderSequenceNumberError,
+    ProducerClosedError,
+)
 from aiokprod.testing.sim.cluster import SimCluster
 from aiokprod.testing.sim.log import LogRecord
 from aiokprod.testing.sim.workload import Recorder, Sent, Workload
@@ -90,6 +97,8 @@ def check_run(
             problems.append(f"{name}: duplicated ({sent.outcome}) at {spots}")
         if sent.outcome == "failed" and not _allowed_failure(sent.error):
             problems.append(f"{name}: failed with {sent.error!r}, not a verdict a record may get")
+        elif idempotent and isinstance(sent.error, OutOfOrderSequenceNumberError):
+            problems.append(f"{name}: failed with {sent.error!r}: its batch was overtaken")
         if sent.outcome == "acked":
             problems += _check_acked(name, sent, where, workload, sent.value in truncated)
         clean_run = not faulty and workload.close_timeout_s is None

@@ -337,10 +337,21 @@ def test_send_many_segments_follow_the_pieces() -> None:
 def idempotent_setup(
     count: int, batches: int = 1
 ) -> tuple[RecordAccumulator, IdempotenceState, list[ProducerBatch]]:
-    """``batches`` batches of ``count`` records each, stamped and in flight."""
+    """``batches`` batches of ``count`` records each, stamped and in flight.
+
+    After a 1-record batch acknowledged at sequence 0: the broker has the producer's state,
+    so the batches may pipeline (before the first acknowledgement the producer sends one at
+    a time, see ``IdempotenceState.can_drain``); the first of them starts at sequence 1.
+    """
     acc = make_acc(batch_size=100_000)
     idem = IdempotenceState()
     idem.set_producer_id(PID, 0)
+    fill(acc, 1, first=900)
+    warm = take_head(acc)
+    idem.assign_sequence(warm)
+    warm.complete(0, -1)
+    idem.on_success(warm)
+    acc.deallocate(warm)
     sent = []
     for k in range(batches):
         fill(acc, count, first=k * count)
@@ -354,16 +365,16 @@ def idempotent_setup(
 
 def test_pieces_take_over_the_sequence_range_in_order() -> None:
     acc, idem, (first, second) = idempotent_setup(9, batches=2)
-    assert (first.base_sequence, second.base_sequence) == (0, 9)
+    assert (first.base_sequence, second.base_sequence) == (1, 10)
     first.in_flight = False
     pieces = split_refused(first, acc, idem, now_ms=0)
     seqs = [(p.base_sequence, p.record_count) for p in pieces]
-    expected, start = [], 0
+    expected, start = [], 1
     for piece in pieces:
         expected.append((start, piece.record_count))
         start += piece.record_count
     assert seqs == expected
-    assert start == 9
+    assert start == 10  # exactly the refused batch's range: the second follows as it was
     for piece in pieces:
         decoded = read_record_batch(piece.close().data)
         assert (decoded.producer_id, decoded.producer_epoch) == (PID, 0)

@@ -1,9 +1,10 @@
 """The real Producer against a simulated topic with ``max.message.bytes`` (issue 13, part 2).
 
-The simulated broker refuses batches larger than the topic's limit with MESSAGE_TOO_LARGE
-(only where the producer has state on the partition, see docs/simulation.md, so each test
-first sends one record). The producer must split them until they pass: every record lands
-once, in order, at the offset its handle reports; a lone record above the limit fails.
+The simulated broker refuses batches larger than the topic's limit with MESSAGE_TOO_LARGE.
+Each test first sends one record, so that the broker has the producer's state and the
+producer pipelines batches (until then it sends one batch per partition, see
+docs/delivery-guarantees.md). The producer must split them until they pass: every record
+lands once, in order, at the offset its handle reports; a lone record above the limit fails.
 """
 
 from __future__ import annotations
