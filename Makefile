@@ -31,7 +31,7 @@ MYPYC_WHEEL := $(wildcard dist/compiled/aiokprod-*.whl)
 $(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py') $(if $(MYPYC_WHEEL),,FORCE)
 	rm -rf $(MYPYC_VENV) build dist/compiled
 	$(PYTHON) -m venv $(MYPYC_VENV)
-	$(MYPYC_VENV)/bin/python -m pip install --quiet --upgrade pip 'setuptools>=69' wheel 'mypy>=1.11'
+	$(MYPYC_VENV)/bin/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel 'mypy>=1.11'
 	$(MYPYC_VENV)/bin/python -m pip install --quiet '.[test,spark]'  # the dependencies mypyc type-checks against
 	AIOKPROD_MYPYC=1 $(MYPYC_VENV)/bin/python -m pip wheel --quiet --no-build-isolation --no-deps --wheel-dir dist/compiled .
 	$(MYPYC_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/compiled/aiokprod-*.whl

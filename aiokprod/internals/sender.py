@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+from typing import Final
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
@@ -47,7 +48,7 @@ from aiokprod.types import TopicPartition
 log = get_logger("aiokprod.sender")
 
 #: How often in-flight batches are checked against the delivery timeout.
-IN_FLIGHT_EXPIRY_SCAN_MS = 50
+IN_FLIGHT_EXPIRY_SCAN_MS: Final = 50
 
 
 class Sender:
