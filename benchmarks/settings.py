@@ -13,6 +13,8 @@ from typing import Literal
 
 Kind = Literal["throughput", "latency"]
 Speed = Literal["fast", "medium", "slow"]
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+"""A ``compression_type`` name, as aiokprod's ``Producer`` option accepts it (lower case)."""
 
 COMMON: dict[str, object] = {
     "linger_ms": 5,
@@ -46,7 +48,7 @@ class Workload:
     value_size: int = 100
     keys: int = 0
     partitions: int = DEFAULT_PARTITIONS
-    compression: str = "none"
+    compression: Compression = "none"
     linger_ms: int = 5
     records: dict[Speed, int] = field(
         default_factory=lambda: {"fast": 1_000_000, "medium": 400_000, "slow": 100_000}
@@ -71,10 +73,10 @@ class Workload:
         return ", ".join(parts)
 
 
-_LATENCY_LINGER0 = {"fast": 2_000, "medium": 2_000, "slow": 2_000}
-_LATENCY_LINGER5 = {"fast": 1_000, "medium": 1_000, "slow": 1_000}
-_KIB = {"fast": 300_000, "medium": 150_000, "slow": 40_000}
-_MANY_PARTITIONS = {"fast": 1_000_000, "medium": 400_000, "slow": 20_000}
+_LATENCY_LINGER0: dict[Speed, int] = {"fast": 2_000, "medium": 2_000, "slow": 2_000}
+_LATENCY_LINGER5: dict[Speed, int] = {"fast": 1_000, "medium": 1_000, "slow": 1_000}
+_KIB: dict[Speed, int] = {"fast": 300_000, "medium": 150_000, "slow": 40_000}
+_MANY_PARTITIONS: dict[Speed, int] = {"fast": 1_000_000, "medium": 400_000, "slow": 20_000}
 
 WORKLOADS: tuple[Workload, ...] = (
     Workload("unkeyed", "Unkeyed 100 B, acks=1"),
@@ -244,9 +246,9 @@ def quick(workload: Workload) -> Workload:
     """The ``--quick`` version of a workload: a tenth of the records (at least 300)."""
     if workload.kind == "latency":
         records = {speed: max(n // 5, 100) for speed, n in workload.records.items()}
-        return replace(workload, records=records, warmup=min(workload.warmup, 20))  # type: ignore[arg-type]
+        return replace(workload, records=records, warmup=min(workload.warmup, 20))
     records = {speed: max(n // 10, 300) for speed, n in workload.records.items()}
-    return replace(workload, records=records)  # type: ignore[arg-type]
+    return replace(workload, records=records)
 
 
 def run_settings(client: Client, workload: Workload) -> dict[str, object]:
