@@ -28,11 +28,22 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Literal
 
 from aiokprod import Producer
 from aiokprod.protocol.compression import codec_for_name
 
 TICK_S = 0.005
+
+CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def compression_type(name: str) -> CompressionType:
+    """A codec name in any case (as ``Producer`` takes it) as the option's type: lower case."""
+    match name.lower():
+        case "none" | "gzip" | "snappy" | "lz4" | "zstd" as known:
+            return known
+    raise ValueError(f"no codec is called {name!r}")
 
 
 @dataclass
@@ -62,7 +73,7 @@ def make_values(count: int, size: int, seed: int = 7) -> list[bytes]:
     words = ["order", "user", "sku", "status", "shipped", "pending", "amount", "currency"]
     pool = []
     for _ in range(min(count, 2000)):
-        parts = []
+        parts: list[str] = []
         while sum(len(p) for p in parts) < size:
             parts.append(f'"{rng.choice(words)}":{rng.randrange(10**9)},')
             if rng.random() < 0.1:
@@ -90,7 +101,6 @@ async def run_one(
     name, _, level_text = codec.partition(":")
     level = int(level_text) if level_text else None
     codec_for_name(name).check_level(level)
-    options = {"compression_type": name, "compression_level": level}
     lags: list[float] = []
     stop = asyncio.Event()
     async with Producer(
@@ -99,7 +109,8 @@ async def run_one(
         linger_ms=20,
         max_request_size=max_request_size,
         buffer_memory=64 * batch_size,
-        **options,
+        compression_type=compression_type(name),
+        compression_level=level,
     ) as producer:
         await producer.send_and_wait(topic, b"warm-up")
         sent_before = producer.metrics()["bytes_sent"]
