@@ -67,7 +67,7 @@ async def _throughput(
 ) -> None:
     keys, values = records.lists(spec.records)
     topic = spec.topic
-    futures = []
+    futures: list[asyncio.Future[Any]] = []  # send()'s futures of RecordMetadata (untyped)
     append = futures.append
     send = producer.send
     window = Window()

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import aiokprod
-from aiokprod import Producer
+from aiokprod import DeliveryFuture, Producer
 from aiokprod.compiled import compiled_modules
 from benchmarks.runners.common import (
     Outcome,
@@ -71,7 +71,7 @@ async def run(spec: Spec, outcome: Outcome) -> None:
 async def _throughput(producer: Producer, spec: Spec, records: Records, outcome: Outcome) -> None:
     keys, values = records.lists(spec.records)
     topic = spec.topic
-    futures = []
+    futures: list[DeliveryFuture] = []
     append = futures.append
     send = producer.send
     window = Window()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.runners.common import Outcome, Records, Spec, Window, run_main
 
@@ -18,6 +18,9 @@ with warnings.catch_warnings():
     import kafka
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
+
+if TYPE_CHECKING:
+    from kafka.producer.future import FutureRecordMetadata  # no type information: Any
 
 GET_TIMEOUT = 60.0
 
@@ -55,7 +58,7 @@ def run(spec: Spec, outcome: Outcome) -> None:
 def _throughput(producer: KafkaProducer, spec: Spec, records: Records, outcome: Outcome) -> None:
     keys, values = records.lists(spec.records)
     topic = spec.topic
-    futures = []
+    futures: list[FutureRecordMetadata] = []
     append = futures.append
     send = producer.send
     window = Window()
