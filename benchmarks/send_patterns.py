@@ -45,9 +45,11 @@ async def run(bootstrap: str, mode: str, n: int) -> None:
             keys = [str(i % 1000).encode() for i in range(n)]
             futures = [await producer.send(topic, VALUE, key=k) for k in keys]
         elif mode in ("many", "manykeyed"):
-            keys = [str(i % 1000).encode() for i in range(10_000)] if mode == "manykeyed" else None
+            bulk_keys = (
+                [str(i % 1000).encode() for i in range(10_000)] if mode == "manykeyed" else None
+            )
             bulks = [
-                await producer.send_many(topic, [VALUE] * 10_000, keys=keys)
+                await producer.send_many(topic, [VALUE] * 10_000, keys=bulk_keys)
                 for _ in range(0, n, 10_000)
             ]
             await producer.flush()
