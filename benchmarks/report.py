@@ -117,12 +117,12 @@ def settings_text(document: dict[str, Any]) -> str:
 
 def foreign_cores(run: dict[str, Any], cpu_count: int) -> float | None:
     """Cores busy with other work during a run: the machine's busy time minus client+broker."""
-    machine = run.get("machine")
-    wall = run.get("process_wall_s")
+    machine: dict[str, float] | None = run.get("machine")
+    wall: float | None = run.get("process_wall_s")
     if not machine or not wall or run.get("process_cpu_s") is None:
         return None
     busy = machine["busy_pct"] / 100 * cpu_count * wall
-    own = run["process_cpu_s"] + run.get("broker_cpu_s", 0.0)
+    own: float = run["process_cpu_s"] + run.get("broker_cpu_s", 0.0)
     return max(busy - own, 0.0) / wall
 
 
