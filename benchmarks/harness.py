@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,14 @@ class ConfluentTopicAdmin:
         name: str,
         partitions: int,
         replication_factor: int,
-        config: dict[str, str],
+        config: Mapping[str, str],
         *,
         timeout: float,
     ) -> None:
         """Create a topic; raise ``LocalKafkaError`` if the cluster refuses."""
-        from confluent_kafka.admin import NewTopic
+        # confluent-kafka's documented names; its admin module re-exports them without `as`
+        # or __all__, so its type information does not export them (the types are intact).
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
         topic = NewTopic(name, partitions, replication_factor, config=dict(config))
         futures = self.client(bootstrap).create_topics(
@@ -130,9 +133,13 @@ class ConfluentTopicAdmin:
     ) -> list[int]:
         """The log end offset of every partition (ListOffsets, latest)."""
         from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # as NewTopic
 
-        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        # OffsetSpec.latest() has no annotations in confluent-kafka (it returns an OffsetSpec)
+        request = {
+            TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for p in range(partitions)
+        }
         for attempt in range(1, attempts + 1):
             try:
                 futures = self.client(bootstrap).list_offsets(request, request_timeout=30)
@@ -178,7 +185,8 @@ def _cpu_share(before: list[int], after: list[int]) -> dict[str, float]:
 
 
 def _broker_cpu(kafka: LocalKafka) -> float:
-    import psutil
+    # no stubs installed (types-psutil); mypy reports the module once, so this covers environment()
+    import psutil  # type: ignore[import-untyped]
 
     process = kafka.node(1).process
     if process is None:
@@ -564,11 +572,12 @@ def unavailable(client: Client, workload: Workload) -> str | None:
         ok = kafka.codec.has_lz4() if codec == "lz4" else kafka.codec.has_zstd()
         return None if ok else f"kafka-python: no {codec} library (lz4 / zstandard)"
     if family in ("confluent", "confluent-aio"):
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
+        from confluent_kafka import Producer as ConfluentProducer
 
         try:
             # no bootstrap: nothing to connect to; librdkafka checks the codec is built in
-            Producer({"compression.type": codec, "log_level": 0})
+            ConfluentProducer({"compression.type": codec, "log_level": 0})
         except KafkaException as exc:
             return f"librdkafka without {codec}: {exc}"
         return None
