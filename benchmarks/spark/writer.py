@@ -56,16 +56,19 @@ def _batches(rows: int, size: int, per_batch: int) -> list[Any]:
 
 
 def _aiokprod(bootstrap: str, topic: str, batches: list[Any]) -> dict[str, Any]:
+    from aiokprod.lifecycle import ProducerLifecycle
     from aiokprod.producer import Producer
     from aiokprod.spark.arrow import PartitionWriter
 
     seen: dict[str, float] = {}
     close = Producer.close
 
-    async def close_and_count(self: Producer, *args: Any, **kwargs: Any) -> None:
+    # close()'s own signature (ProducerLifecycle.close); installed on Producer only, below
+    async def close_and_count(self: ProducerLifecycle, timeout: float | None = None) -> None:
+        assert isinstance(self, Producer)
         await self.flush()
         seen.update(self.metrics())
-        await close(self, *args, **kwargs)
+        await close(self, timeout)
 
     before = resource.getrusage(resource.RUSAGE_SELF)
     Producer.close = close_and_count  # type: ignore[method-assign]
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         payload.write_text("\n".join(str(i).rjust(args.size, "x") for i in range(1000)))
         with LocalKafka(heap_max="1g") as kafka:
             broker = kafka.node(next(iter(kafka.nodes))).pid
+            if broker is None:
+                raise SystemExit("the broker's JVM is not running")
             topics = {
                 (c, rep): f"writer-{c}-{rep}-{uuid.uuid4().hex[:6]}"
                 for c in clients
