@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         spark.sparkContext.setLogLevel("ERROR")
         aiokprod.spark.register(spark)
-        spark_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # set while a SparkContext runs
+        spark_pid = int(jvm.java.lang.ProcessHandle.current().pid())
         broker_pid = kafka.node(next(iter(kafka.nodes))).pid
         try:
             for sink in SINKS:  # warm-up: JIT, Python workers, producer pools
