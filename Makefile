@@ -80,12 +80,14 @@ test-under-load: $(STAMP)
 
 ## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
+##       and on the benchmarks (pyproject.toml's settings: strict)
 LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy --strict aiokprod examples
 	$(VENV)/bin/mypy tests
+	$(VENV)/bin/mypy benchmarks
 
 ## format: rewrite all Python code in the project's style (ruff format, then ruff's safe fixes)
 format: $(STAMP)
