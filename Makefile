@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the benchmark suite's peers and tools too (make bench; make lint type-checks benchmarks/)
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
@@ -82,7 +84,7 @@ test-under-load: $(STAMP)
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
 ##       and on the benchmarks (pyproject.toml's settings: strict)
 LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
-lint: $(STAMP)
+lint: $(BENCH_STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy --strict aiokprod examples
@@ -124,7 +126,6 @@ kafka: $(STAMP)
 ## bench: aiokprod against its peers on a local Kafka, 3 interleaved repetitions (10-15 min);
 ##        results in benchmarks/results/, docs/benchmarks.{md,png}.
 ##        BENCH_ARGS="--quick" for a smoke run; also --clients/--workloads (see --help)
-BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
 	touch $(BENCH_STAMP)
