@@ -137,7 +137,7 @@ def test_perf_reports_throughput_and_latency(kafka: LocalKafka, new_topic) -> No
         "--throughput",
         "-1",
         "--progress-interval",
-        "0.2",
+        "0",
         "-X",
         "linger_ms=5",
         timeout=90,
@@ -150,11 +150,43 @@ def test_perf_reports_throughput_and_latency(kafka: LocalKafka, new_topic) -> No
         result.stdout,
     )
     assert summary, result.stdout
-    # progress lines (stderr is not a terminal: one line per interval, no bar)
-    progress = [line for line in result.stderr.splitlines() if "records/s" in line]
-    assert progress, result.stderr
-    assert "\r" not in result.stderr
+    assert result.stderr == ""  # no progress with an interval of 0
     assert len(consume_all(kafka.bootstrap_servers, topic, expected=50000, timeout_s=60)) == 50000
+
+
+def test_perf_progress_is_one_line_per_interval_off_a_terminal(
+    kafka: LocalKafka, new_topic
+) -> None:
+    # Capped at 20,000/s, 10,000 records take at least 0.5 s: progress every 0.1 s has lines
+    # to show however fast the machine is (uncapped, a fast run could end before the first
+    # interval and show none: CI saw it).
+    topic = new_topic(partitions=2)
+    result = run(
+        "perf",
+        "-b",
+        kafka.bootstrap_servers,
+        "-t",
+        topic,
+        "-n",
+        "10000",
+        "-s",
+        "100",
+        "--throughput",
+        "20000",
+        "--progress-interval",
+        "0.1",
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) >= 2, result.stderr
+    line = (
+        r"[\d,]+/10,000 acked \([\d,]+ sent\), [\d,]+ records/s \([\d.]+ MB/s\), "
+        r"[\d.]+ ms avg latency, [\d.]+ ms max"
+    )
+    assert all(re.fullmatch(line, text) for text in lines), result.stderr
+    assert "\r" not in result.stderr  # no redrawn line, no bar, off a terminal
+    assert "#" not in result.stderr
 
 
 def test_perf_throughput_cap_and_json(kafka: LocalKafka, new_topic) -> None:
