@@ -243,7 +243,11 @@ def applies(client: Client, workload: Workload) -> bool:
 
 
 def quick(workload: Workload) -> Workload:
-    """The ``--quick`` version of a workload: a tenth of the records (at least 300)."""
+    """The ``--quick`` version of a workload: a tenth of the records (at least 300).
+
+    A latency workload keeps a fifth of its timed sends (at least 100) and at most 20 warm-up
+    sends: a tenth would leave too few samples for a p99.
+    """
     if workload.kind == "latency":
         records = {speed: max(n // 5, 100) for speed, n in workload.records.items()}
         return replace(workload, records=records, warmup=min(workload.warmup, 20))
