@@ -167,13 +167,7 @@ class IdempotenceState:
             return
         state = self._state(batch.tp)
         if self._is_stale(state) and not state.in_flight:
-            # The partition moves to the current id/epoch: sequences start again at 0. Under
-            # a new epoch of the same id the broker keeps our state (and wants sequence 0).
-            if state.producer_id != self.producer_id:
-                state.broker_has_state = False
-            state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
-            state.next_sequence = 0
-            state.last_acked_sequence = -1
+            self._restart_numbering(state)
         sequence = state.next_sequence
         batch.stamp(state.producer_id, state.producer_epoch, sequence)
         state.next_sequence = increment_sequence(sequence, batch.record_count)
@@ -428,15 +422,23 @@ class IdempotenceState:
         self._renumber_requested()
         return True
 
+    def _restart_numbering(self, state: PartitionSequences) -> None:
+        """Move a partition to the current id and epoch: its sequences start again at 0.
+
+        Under a new epoch of the same id the broker keeps our state (and wants sequence 0);
+        under a new id it may have none (see :meth:`can_drain`).
+        """
+        if state.producer_id != self.producer_id:
+            state.broker_has_state = False
+        state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
+        state.next_sequence = 0
+        state.last_acked_sequence = -1
+
     def _renumber_requested(self) -> None:
         """Renumber the partitions that asked for it from 0 under the current id and epoch."""
         for tp in sorted(self._rewrite):
             state = self._state(tp)
-            if state.producer_id != self.producer_id:
-                state.broker_has_state = False
-            state.producer_id, state.producer_epoch = self.producer_id, self.producer_epoch
-            state.next_sequence = 0
-            state.last_acked_sequence = -1
+            self._restart_numbering(state)
             state.unresolved = False
             state.after_expired.clear()
             state.gap = False
