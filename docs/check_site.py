@@ -20,8 +20,8 @@ driven over the Chrome DevTools protocol. A page fails when, while it loads:
 
 No browser is downloaded: without Chromium the script says how to install it and exits 2.
 The browser runs with a fresh profile, no sandbox (root in CI), no GPU, no background
-networking and a host resolver that knows only 127.0.0.1, and is stopped (by its own process
-handle) at the end.
+networking and a host resolver that knows only 127.0.0.1, and is stopped at the end with the
+process group it leads (its helpers); its profile directory is then removed.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,8 @@ CHROMIUM_FLAGS = (
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )
+#: How long to retry removing the browser's profile directory (seconds).
+PROFILE_REMOVE_S = 10.0
 #: Bounds (seconds): the browser's start, one page's load, the quiet period after it.
 BROWSER_START_S = 60.0
 PAGE_LOAD_S = 30.0
@@ -140,22 +143,56 @@ def find_chromium() -> str | None:
 @contextlib.contextmanager
 def launch(executable: str) -> Iterator[str]:
     """Start headless Chromium with a fresh profile; yields its browser websocket URL."""
-    with tempfile.TemporaryDirectory(prefix="aiokprod-docs-chromium-") as profile:
+    profile = tempfile.mkdtemp(prefix="aiokprod-docs-chromium-")
+    try:
         command = [executable, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"]
+        # Its own process group: Chromium's helpers (renderer, zygote, crash handler) are ours
+        # to stop too, and one still writing into the profile made its removal fail in CI.
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         try:
             yield _wait_devtools(process, Path(profile) / "DevToolsActivePort")
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+            _stop_group(process)
+    finally:
+        _remove_profile(Path(profile))
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop the browser, then whatever is left of the process group it leads."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stderr is not None:
+        process.stderr.close()
+    # The group's id is the browser's PID (start_new_session); only its helpers remain in it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _remove_profile(profile: Path) -> None:
+    """Remove the profile; a helper that has not exited yet may still write into it."""
+    deadline = time.monotonic() + PROFILE_REMOVE_S
+    while True:
+        try:
+            shutil.rmtree(profile)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                # A left temporary directory is not a problem of the site: say so, go on.
+                print(f"note: could not remove {profile}: {exc}", file=sys.stderr)
+                return
+            time.sleep(0.2)
 
 
 def _wait_devtools(process: subprocess.Popen[bytes], port_file: Path) -> str:
