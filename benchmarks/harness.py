@@ -185,8 +185,7 @@ def _cpu_share(before: list[int], after: list[int]) -> dict[str, float]:
 
 
 def _broker_cpu(kafka: LocalKafka) -> float:
-    # no stubs installed (types-psutil); mypy reports the module once, so this covers environment()
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     process = kafka.node(1).process
     if process is None:
