@@ -7,16 +7,23 @@ a latency tail is the client's or the broker's. Measurement only: it wraps the t
 write and receive methods from outside for the run, nothing in the package changes::
 
     .venv/bin/python -m aiokprod.testing run --topic bench:6:1
-    .venv-mypyc/bin/python benchmarks/send_legs.py $BOOTSTRAP 5000 0 plain   # or idem
+    .venv-mypyc/bin/python benchmarks/send_legs.py $BOOTSTRAP 5000 0 plain   # or idem, floor
 
-Arguments: bootstrap, timed calls, ``linger_ms``, ``idem`` (idempotent, the producer's default)
-or ``plain`` (what the benchmark suite runs for every client). 300 untimed calls come first.
+Arguments: bootstrap, timed calls, ``linger_ms``, and the mode: ``idem`` (idempotent, the
+producer's default), ``plain`` (what the benchmark suite runs for every client) or ``floor``.
+300 untimed calls come first.
+
+``floor`` is the lowest a client on asyncio can go: the Produce request the producer writes for
+one record is captured, then sent again and again (a new correlation id each time) over a bare
+``asyncio.Protocol`` that only waits for the response's size; nothing is encoded, decoded or
+completed. Its latency is the broker's round trip plus the event loop's own wake-up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
+import struct
 import sys
 import time
 
@@ -33,6 +40,8 @@ class Marks:
 
     written = 0.0
     received = 0.0
+    #: The last Produce request written (its size prefix included).
+    frame = b""
 
 
 def instrument() -> None:
@@ -44,6 +53,7 @@ def instrument() -> None:
     def timed_write(self: transport._AsyncioStream, data: bytes | bytearray) -> None:
         if len(data) > PRODUCE_MIN_BYTES:
             Marks.written = time.perf_counter()
+            Marks.frame = bytes(data)
         write(self, data)
 
     def timed_received(self: transport._AsyncioStream, data: bytes) -> None:
@@ -86,11 +96,58 @@ async def run(bootstrap: str, calls: int, linger_ms: int, idempotent: bool) -> N
         print(f"slowest 1 %: {name} {mean:.0f} µs on average")
 
 
+class _Replay(asyncio.Protocol):
+    """Completes ``waiter`` when a whole response (size prefix and body) has arrived."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if (
+            len(self.buffer) >= 4
+            and len(self.buffer) >= 4 + struct.unpack_from(">i", self.buffer)[0]
+        ):
+            self.buffer.clear()
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+
+async def floor(bootstrap: str, calls: int, linger_ms: int) -> None:
+    """Time ``calls`` round trips of the producer's own Produce request over a bare protocol."""
+    async with Producer(bootstrap, linger_ms=linger_ms, enable_idempotence=False) as p:
+        await p.send_and_wait("bench", b"x" * 100, key=b"k")
+    frame = bytearray(Marks.frame)
+    host, port = bootstrap.rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    transport_, replay = await loop.create_connection(_Replay, host, int(port))
+    times: list[float] = []
+    try:
+        for call in range(WARM_UP_CALLS + calls):
+            struct.pack_into(
+                ">i", frame, 8, call + 1
+            )  # size(4) api_key(2) version(2) correlation id
+            replay.waiter = loop.create_future()
+            started = time.perf_counter()
+            transport_.write(bytes(frame))
+            await replay.waiter
+            if call >= WARM_UP_CALLS:
+                times.append(time.perf_counter() - started)
+    finally:
+        transport_.close()
+    p50, p90, p99 = (percentile_us(times, q) for q in (0.5, 0.9, 0.99))
+    print(f"{'floor':15s} p50 {p50:7.0f}  p90 {p90:7.0f}  p99 {p99:7.0f} µs")
+
+
 def main() -> None:
     bootstrap, calls, linger_ms, mode = sys.argv[1:5]
-    if mode not in ("idem", "plain"):
-        raise SystemExit("the fourth argument is idem or plain")
+    if mode not in ("idem", "plain", "floor"):
+        raise SystemExit("the fourth argument is idem, plain or floor")
     instrument()
+    if mode == "floor":
+        asyncio.run(floor(bootstrap, int(calls), int(linger_ms)))
+        return
     asyncio.run(run(bootstrap, int(calls), int(linger_ms), mode == "idem"))
 
 
