@@ -125,9 +125,8 @@ async def floor(bootstrap: str, calls: int, linger_ms: int) -> None:
     times: list[float] = []
     try:
         for call in range(WARM_UP_CALLS + calls):
-            struct.pack_into(
-                ">i", frame, 8, call + 1
-            )  # size(4) api_key(2) version(2) correlation id
+            # After the size (4 bytes), the api key (2) and the version (2): the correlation id.
+            struct.pack_into(">i", frame, 8, call + 1)
             replay.waiter = loop.create_future()
             started = time.perf_counter()
             transport_.write(bytes(frame))
