@@ -299,6 +299,25 @@ class ProducerConfig:
         "request for longer than this is skipped by the sticky partitioner until it takes "
         "one again. 0 turns the check off.",
     )
+    partitioner_working_set_size: int = option(
+        default=8,
+        check=c.int_between(0, MAX_INT32),
+        group=_METADATA,
+        doc="On a topic with more partitions than this, the sticky partitioner moves unkeyed "
+        "records among this many partitions, drawn at random (adaptive or uniform, as a "
+        "move is) and drawn again after `partitioner_working_set_ms`: every partition gets "
+        "its share over time, while a large topic is not written to hundreds of partitions "
+        "a second (a fresh 1,000-partition topic ran 5 times slower that way). 0: move "
+        "among all partitions, exactly the Java client's rule (which has no such option).",
+    )
+    partitioner_working_set_ms: int = option(
+        default=100,
+        check=c.int_between(1, MAX_INT32),
+        group=_METADATA,
+        doc="How long the sticky partitioner keeps one working set "
+        "(`partitioner_working_set_size`); a new set is drawn at its first move after this. "
+        "librdkafka's `sticky.partitioning.linger.ms` serves the same end (docs/design.md).",
+    )
 
     # --- Security (TLS and SASL) ----------------------------------------------------------
     security_protocol: str = option(
@@ -491,6 +510,8 @@ class ProducerOptions(TypedDict, total=False):
     partitioner_ignore_keys: bool
     partitioner_adaptive_partitioning: bool
     partitioner_availability_timeout_ms: int
+    partitioner_working_set_size: int
+    partitioner_working_set_ms: int
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
     ssl_context: ssl.SSLContext | None
     ssl_cafile: str | os.PathLike[str] | None

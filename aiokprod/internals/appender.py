@@ -193,7 +193,13 @@ class RecordAppender:
             )
         batch, index, size = appended
         if sticky is not None:
-            sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
+            sticky.on_append(
+                size,
+                batch.is_full,
+                len(info.partitions),
+                info.available,
+                self._clock.monotonic_ms(),
+            )
         if batch.is_full or acc.sendable_now(tp):
             self.wakeup()
         else:
@@ -373,7 +379,11 @@ class RecordAppender:
                 self.wakeup()
             if sticky is not None:
                 sticky.on_append(
-                    builder.size_in_bytes - before, batch.is_full, len(tps), info.available
+                    builder.size_in_bytes - before,
+                    batch.is_full,
+                    len(tps),
+                    info.available,
+                    self._clock.monotonic_ms(),
                 )
 
     async def append_keyed(

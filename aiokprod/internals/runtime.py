@@ -101,7 +101,13 @@ class ProducerRuntime:
             self.accumulator,
             self.budget,
             PartitionChooser(
-                cfg.partitioner, cfg.batch_size, cfg.partitioner_ignore_keys, rng, adaptive
+                cfg.partitioner,
+                cfg.batch_size,
+                cfg.partitioner_ignore_keys,
+                rng,
+                adaptive,
+                cfg.partitioner_working_set_size,
+                cfg.partitioner_working_set_ms,
             ),
             record_limit=min(cfg.max_request_size, cfg.buffer_memory),
             max_block_ms=cfg.max_block_ms,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.adaptive import AdaptivePartitioning
 from aiokprod.internals.budget import ByteBudget
@@ -30,7 +32,9 @@ SLOW_PARTITIONS = {1, 4}
 class Rig:
     """An accumulator and a partition chooser sharing (or not) adaptive partitioning."""
 
-    def __init__(self, *, adaptive: bool, timeout_ms: int = 0, seed: int = 1) -> None:
+    def __init__(
+        self, *, adaptive: bool, timeout_ms: int = 0, seed: int = 1, working_set_size: int = 0
+    ) -> None:
         self.adaptive = AdaptivePartitioning(timeout_ms) if adaptive else None
         self.acc = RecordAccumulator(
             batch_size=BATCH,
@@ -40,7 +44,12 @@ class Rig:
             adaptive=self.adaptive,
         )
         self.chooser = PartitionChooser(
-            "builtin", BATCH, rng=random.Random(seed), adaptive=self.adaptive
+            "builtin",
+            BATCH,
+            rng=random.Random(seed),
+            adaptive=self.adaptive,
+            working_set_size=working_set_size,
+            working_set_ms=20,
         )
         self.cluster: ClusterSnapshot = snapshot({"t": LEADERS})
         self.info = self.cluster.topics["t"]
@@ -60,7 +69,7 @@ class Rig:
             batch, _, size = self.acc.append_new_batch(tp, 0, None, VALUE, None, now_ms, need)
             self.new_batches[p] += 1
             assert sticky is not None
-            sticky.on_append(size, batch.is_full, len(info.partitions), info.available)
+            sticky.on_append(size, batch.is_full, len(info.partitions), info.available, now_ms)
 
     def sender_pass(self, now_ms: int, drainable: set[int]) -> None:
         """One sender pass: ready, then drain only the leaders in ``drainable``.
@@ -97,6 +106,21 @@ def test_a_leader_with_long_queues_gets_fewer_new_batches() -> None:
     assert all(rig.new_batches[p] > 0 for p in (0, 2, 3, 5))
 
 
+def test_in_a_working_set_a_leader_with_long_queues_still_gets_fewer_new_batches() -> None:
+    # Sets of 3 of the 6 partitions, drawn anew every 20 ms (4 passes): the draw and the
+    # moves within a set are both weighted.
+    rig = Rig(adaptive=True, working_set_size=3)
+    rig.run(200, drainable={1, 3})
+    assert rig.slow_share() < 0.1, rig.new_batches
+    assert all(rig.new_batches[p] > 0 for p in (0, 2, 3, 5))
+
+
+def test_in_a_working_set_without_adaptive_the_share_stays_even() -> None:
+    rig = Rig(adaptive=False, working_set_size=3)
+    rig.run(200, drainable={1, 3})
+    assert 0.25 < rig.slow_share() < 0.42, rig.new_batches
+
+
 def test_adaptive_off_ignores_queue_lengths() -> None:
     rig = Rig(adaptive=False)
     rig.run(200, drainable={1, 3})
@@ -116,7 +140,7 @@ def test_with_even_queues_adaptive_chooses_exactly_as_uniform_sticky() -> None:
         for state, picks in ((on, picks_on), (off, picks_off)):
             picks.append(state.partition(6, range(6)))
             for _ in range(300):
-                state.on_append(BATCH, True, 6, range(6))
+                state.on_append(BATCH, True, 6, range(6), 0)
                 picks.append(state.current)
         assert picks_on == picks_off
         assert set(picks_on) == set(range(6))
@@ -131,8 +155,11 @@ def test_the_queues_seen_at_a_switch_are_the_accumulators() -> None:
     assert rig.acc.queue_sizes("other") == {}
 
 
-def test_an_unavailable_leader_gets_no_new_batches_until_it_drains_again() -> None:
-    rig = Rig(adaptive=True, timeout_ms=100)
+@pytest.mark.parametrize("working_set_size", [0, 3])
+def test_an_unavailable_leader_gets_no_new_batches_until_it_drains_again(
+    working_set_size: int,
+) -> None:
+    rig = Rig(adaptive=True, timeout_ms=100, working_set_size=working_set_size)
     now = rig.run(5, drainable={1, 2, 3})  # every node seen and drained
     assert rig.adaptive is not None
     assert rig.adaptive.unavailable_nodes == frozenset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -209,42 +210,42 @@ def test_partition_is_sticky_between_appends() -> None:
 def test_stays_below_batch_size() -> None:
     state = sticky_at(2)
     for _ in range(9):
-        state.on_append(100, True, 4, ALL4)  # 900 bytes < batch size
+        state.on_append(100, True, 4, ALL4, 0)  # 900 bytes < batch size
     assert state.partition(4, ALL4) == 2
 
 
 def test_waits_for_the_last_batch_to_fill_after_batch_size() -> None:
     state = sticky_at(2)
-    state.on_append(BATCH, False, 4, ALL4)  # enough bytes, batch not full yet
+    state.on_append(BATCH, False, 4, ALL4, 0)  # enough bytes, batch not full yet
     assert state.current == 2
-    state.on_append(100, False, 4, ALL4)
+    state.on_append(100, False, 4, ALL4, 0)
     assert state.current == 2
-    state.on_append(100, True, 4, ALL4)  # the deferred switch happens now
+    state.on_append(100, True, 4, ALL4, 0)  # the deferred switch happens now
     assert state.current != 2
 
 
 def test_switches_at_batch_size_when_last_batch_is_full() -> None:
     state = sticky_at(1)
-    state.on_append(BATCH - 1, True, 4, ALL4)
+    state.on_append(BATCH - 1, True, 4, ALL4, 0)
     assert state.current == 1
-    state.on_append(1, True, 4, ALL4)
+    state.on_append(1, True, 4, ALL4, 0)
     assert state.current != 1
 
 
 def test_switches_at_twice_batch_size_regardless() -> None:
     state = sticky_at(1)
-    state.on_append(2 * BATCH - 1, False, 4, ALL4)
+    state.on_append(2 * BATCH - 1, False, 4, ALL4, 0)
     assert state.current == 1
-    state.on_append(1, False, 4, ALL4)
+    state.on_append(1, False, 4, ALL4, 0)
     assert state.current != 1
 
 
 def test_byte_count_restarts_after_a_switch() -> None:
     state = sticky_at(0)
-    state.on_append(BATCH, True, 4, ALL4)
+    state.on_append(BATCH, True, 4, ALL4, 0)
     after = state.current
     assert after != 0
-    state.on_append(BATCH - 1, True, 4, ALL4)
+    state.on_append(BATCH - 1, True, 4, ALL4, 0)
     assert state.current == after  # the counter started again at 0
 
 
@@ -253,7 +254,7 @@ def test_never_picks_the_same_partition_twice_in_a_row() -> None:
     previous = state.partition(3, [0, 1, 2])
     seen = Counter[int]()
     for _ in range(600):
-        state.on_append(BATCH, True, 3, [0, 1, 2])
+        state.on_append(BATCH, True, 3, [0, 1, 2], 0)
         current = state.partition(3, [0, 1, 2])
         assert current != previous
         seen[current] += 1
@@ -266,7 +267,7 @@ def test_never_repeats_with_two_available() -> None:
     state = sticky_at(0, seed=11)
     sequence = []
     for _ in range(20):
-        state.on_append(BATCH, True, 5, [0, 3])
+        state.on_append(BATCH, True, 5, [0, 3], 0)
         sequence.append(state.current)
     assert sequence == [3, 0] * 10
 
@@ -274,15 +275,15 @@ def test_never_repeats_with_two_available() -> None:
 def test_switch_picks_only_available_partitions() -> None:
     state = sticky_at(0, seed=5)
     for _ in range(200):
-        state.on_append(2 * BATCH, False, 6, [1, 4, 5])
+        state.on_append(2 * BATCH, False, 6, [1, 4, 5], 0)
         assert state.current in (1, 4, 5)
 
 
 def test_single_available_partition_is_kept() -> None:
     state = sticky_at(2)
-    state.on_append(2 * BATCH, True, 4, [2])
+    state.on_append(2 * BATCH, True, 4, [2], 0)
     assert state.current == 2
-    state.on_append(2 * BATCH, True, 4, [3])
+    state.on_append(2 * BATCH, True, 4, [3], 0)
     assert state.current == 3
 
 
@@ -299,10 +300,142 @@ def test_chooser_keeps_one_sticky_state_per_topic() -> None:
     assert sb is not None
     assert sa is not sb
     assert chooser.choose("a", None, 50, list(range(50))) == (pa, sa)
-    sa.on_append(2 * BATCH, False, 50, list(range(50)))
+    sa.on_append(2 * BATCH, False, 50, list(range(50)), 0)
     pa2, _ = chooser.choose("a", None, 50, list(range(50)))
     assert pa2 != pa
     assert chooser.choose("b", None, 50, list(range(50)))[0] == pb
+
+
+# --- the working set ------------------------------------------------------------------------
+
+ALL20 = list(range(20))
+
+
+def in_working_set(size: int = 3, ms: int = 50, seed: int = 0) -> StickyPartitionState:
+    return StickyPartitionState(
+        BATCH, random.Random(seed), working_set_size=size, working_set_ms=ms
+    )
+
+
+def switches(
+    state: StickyPartitionState, count: int, now_ms: int, available: list[int]
+) -> list[int]:
+    """The partitions of ``count`` switches at ``now_ms``."""
+    picks = []
+    for _ in range(count):
+        state.on_append(BATCH, True, 20, available, now_ms)
+        picks.append(state.current)
+    return picks
+
+
+def test_within_a_window_moves_stay_in_the_working_set() -> None:
+    for seed in range(20):
+        state = in_working_set(seed=seed)
+        first = state.partition(20, ALL20)
+        picks = [first, *switches(state, 200, 10, ALL20)]
+        assert len(set(picks)) == 3, picks
+        assert set(picks) == set(state.working_set)
+        assert all(a != b for a, b in itertools.pairwise(picks))  # still never the same twice
+
+
+def test_a_new_set_is_drawn_at_the_first_switch_after_its_time() -> None:
+    state = in_working_set(ms=50)
+    state.partition(20, ALL20)
+    switches(state, 5, 0, ALL20)
+    first_set = list(state.working_set)
+    switches(state, 5, 49, ALL20)
+    assert state.working_set == first_set  # 49 ms: the same set
+    (moved,) = switches(state, 1, 50, ALL20)
+    assert state.working_set != first_set
+    assert state.set_drawn_ms == 50
+    assert moved == state.working_set[0]
+    assert len(set(state.working_set)) == 3
+
+
+def test_over_many_windows_every_partition_gets_its_share() -> None:
+    state = in_working_set(size=4, ms=50, seed=3)
+    state.partition(20, ALL20)
+    seen = Counter[int]()
+    for window in range(500):
+        seen.update(switches(state, 10, window * 50, ALL20))
+    assert set(seen) == set(ALL20)
+    expected = 5000 / 20
+    assert all(0.75 * expected < n < 1.25 * expected for n in seen.values()), seen
+
+
+def test_the_java_rule_when_the_topic_has_no_more_partitions_than_the_set() -> None:
+    # 8 partitions, a set of 8: draw for draw the KIP-794 rule (a set of 0).
+    for seed in range(10):
+        java = StickyPartitionState(BATCH, random.Random(seed))
+        ours = in_working_set(size=8, seed=seed)
+        picks = []
+        for state in (java, ours):
+            state.partition(8, list(range(8)))
+            picks.append([state.current, *(s for s in switches_n(state, 100, 8))])
+        assert picks[0] == picks[1]
+        assert ours.working_set == []
+        assert set(picks[1]) == set(range(8))
+
+
+def switches_n(state: StickyPartitionState, count: int, partitions: int) -> list[int]:
+    picks = []
+    for i in range(count):
+        state.on_append(BATCH, True, partitions, list(range(partitions)), i * 1000)
+        picks.append(state.current)
+    return picks
+
+
+def test_members_that_lose_their_leader_are_left_out() -> None:
+    state = in_working_set(size=4, seed=1)
+    state.partition(20, ALL20)
+    switches(state, 3, 0, ALL20)
+    members = list(state.working_set)
+    lost = members[0]
+    available = [p for p in ALL20 if p != lost]
+    picks = switches(state, 100, 0, available)
+    assert lost not in picks
+    assert set(picks) == set(members) - {lost}
+    assert state.working_set == members  # still the same set (three members usable)
+
+
+def test_a_set_with_fewer_than_two_usable_members_is_drawn_again_at_once() -> None:
+    state = in_working_set(size=3, seed=2)
+    state.partition(20, ALL20)
+    switches(state, 3, 0, ALL20)
+    members = list(state.working_set)
+    available = [p for p in ALL20 if p not in members[1:]]  # only one member has a leader
+    picks = switches(state, 50, 0, available)  # still within the window
+    assert state.working_set != members
+    assert all(p in available for p in picks)
+    assert set(state.working_set) <= set(available)
+
+
+def test_a_switch_on_the_per_record_path_uses_the_last_time_told() -> None:
+    # The accumulator's fast path calls maybe_switch without a time: the set's age is
+    # measured with the time of the last on_append (once per new batch).
+    state = in_working_set(ms=50)
+    state.partition(20, ALL20)
+    switches(state, 2, 0, ALL20)
+    first_set = list(state.working_set)
+    state.on_append(1, False, 20, ALL20, 60)  # a new batch at 60 ms, no switch yet
+    assert state.working_set == first_set
+    state.produced_bytes = 2 * BATCH
+    state.maybe_switch(True, 20, ALL20)
+    assert state.working_set != first_set
+    assert state.set_drawn_ms == 60
+
+
+def test_the_chooser_passes_the_working_set_options_on() -> None:
+    chooser = PartitionChooser(
+        "builtin", BATCH, rng=random.Random(4), working_set_size=2, working_set_ms=50
+    )
+    _, sticky = chooser.choose("t", None, 30, list(range(30)))
+    assert sticky is not None
+    picks = set()
+    for _ in range(50):
+        sticky.on_append(BATCH, True, 30, list(range(30)), 0)
+        picks.add(chooser.choose("t", None, 30, list(range(30)))[0])
+    assert len(picks) == 2
 
 
 # --- round robin ----------------------------------------------------------------------------
