@@ -143,6 +143,11 @@ def draw_workload(rng: random.Random) -> Workload:
     # without the availability timeout (issue 13); the default (on, no timeout) most often.
     options["partitioner_adaptive_partitioning"] = rng.random() < 0.75
     options["partitioner_availability_timeout_ms"] = rng.choice((0, 0, 20, 200))
+    # Drawn last as well: the partitioner's working set. Topics here have 1-4 partitions, so
+    # the default (8) is the Java rule; a set of 2 exercises the set on 3-4 partitions, with
+    # leaders moving under it.
+    options["partitioner_working_set_size"] = rng.choice((8, 0, 2, 2))
+    options["partitioner_working_set_ms"] = rng.choice((1, 20, 100))
     return Workload(nodes, topics, options, ops, close_timeout, racing, limits)
 
 
