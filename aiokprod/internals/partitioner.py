@@ -185,9 +185,10 @@ class StickyPartitionState:
         self.working_set_ms = working_set_ms
         #: The partitions switched among now (empty: none drawn, or the topic is small).
         self.working_set: list[int] = []
-        self.set_drawn_ms = 0
+        #: When the set was drawn; -1: before any time was told (then the first time told).
+        self.set_drawn_ms = -1
         #: The last time told (:meth:`on_append`); switches on the per-record path use it.
-        self.now_ms = 0
+        self.now_ms = -1
         self._available_ref: Sequence[int] | None = None
         self._available_set: frozenset[int] = frozenset()
 
@@ -217,6 +218,8 @@ class StickyPartitionState:
             now_ms: the time (for the working set's age).
         """
         self.now_ms = now_ms
+        if self.set_drawn_ms < 0:
+            self.set_drawn_ms = now_ms  # the first set was drawn before the time was known
         self.produced_bytes += appended_bytes
         if self.produced_bytes >= self.batch_size:
             self.maybe_switch(last_batch_full, num_partitions, available)
