@@ -135,11 +135,11 @@ class StickyPartitionState:
     KIP-794 wants; within one window a large topic is written to a few partitions instead of
     hundreds. Why: on a topic of 1,000 partitions the switch after each batch touched ~800 of
     them in a second, and a broker's first append to each partition is slow (its index files
-    are opened lazily): 53,182 rec/s against 440,720 on 6 partitions (docs/benchmarks.md).
-    librdkafka keeps to one partition for 10 ms for the same reason, but that puts one batch
-    in each Produce request; moving among a few keeps the requests full. A topic with no
-    more partitions available than the set size (and ``working_set_size=0``) gets exactly
-    the Java client's rule.
+    are opened lazily): 53,182 rec/s against 440,720 on 6 partitions, and 454,595 with the
+    working set (docs/benchmarks.md). librdkafka keeps to one partition for 10 ms for the
+    same reason, but that puts one batch in each Produce request; moving among a few keeps
+    the requests full. A topic with no more partitions available than the set size, or
+    ``working_set_size=0``, gets exactly the Java client's rule.
 
     Args:
         batch_size: bytes to send to one partition before switching (``batch_size``).
