@@ -1,8 +1,10 @@
 """The partitioner's working set against a real broker, read back with librdkafka.
 
 Each value carries the 100-ms slot (of the test's monotonic clock) in which it was sent. With
-a working set of 4 partitions kept 200 ms, no slot's records can be spread over more than two
-sets (8 partitions); with the Java rule (a set of 0) a slot's ~60 moves reach most of the 24.
+a working set of 4 partitions kept 400 ms, no slot's records can be spread over more than two
+sets (8 partitions) — a set's age is counted from the last new batch before it was drawn, so
+the margin covers a stall of up to 300 ms there on a busy machine; with the Java rule (a set
+of 0) a slot's ~75 moves reach most of the 24.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ async def spread_per_slot(kafka: LocalKafka, topic: str, working_set_size: int) 
         batch_size=512,  # about 4 records a batch: a move every few records
         linger_ms=5,
         partitioner_working_set_size=working_set_size,
-        partitioner_working_set_ms=200,
+        partitioner_working_set_ms=400,
     ) as producer:
         start = time.monotonic()
         for i in range(RECORDS):
