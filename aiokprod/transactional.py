@@ -21,6 +21,7 @@ from aiokprod.errors import (
     TransactionAbortedError,
 )
 from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.group_offsets import check_offsets
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.runtime import ProducerRuntime
 from aiokprod.internals.transactions import TransactionManager, TxnState
@@ -299,34 +300,3 @@ class TransactionalMixin:
             return
         log.info("aborting the open transaction on close", transactional_id=txn.transactional_id)
         await self._abort_after_error()
-
-
-def check_offsets(
-    offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
-) -> dict[TopicPartition, OffsetAndMetadata]:
-    """``offsets`` as ``TopicPartition -> OffsetAndMetadata``, or InvalidArgumentError."""
-    try:
-        items = list(dict(offsets).items())
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(
-            f"offsets must be a mapping of TopicPartition to offsets, got {type(offsets).__name__}"
-        ) from None
-    checked: dict[TopicPartition, OffsetAndMetadata] = {}
-    for tp, value in items:
-        offset = value.offset if isinstance(value, OffsetAndMetadata) else value
-        metadata = value.metadata if isinstance(value, OffsetAndMetadata) else ""
-        if (
-            not isinstance(tp, tuple)
-            or len(tp) != 2
-            or not isinstance(tp[0], str)
-            or type(tp[1]) is not int
-            or type(offset) is not int
-            or offset < 0
-            or not isinstance(metadata, str)
-        ):
-            raise InvalidArgumentError(
-                "offsets must map TopicPartition(topic, partition) to an int >= 0 or an "
-                f"OffsetAndMetadata(offset >= 0, metadata: str), got {tp!r}: {value!r}"
-            )
-        checked[TopicPartition(tp[0], tp[1])] = OffsetAndMetadata(offset, metadata)
-    return checked

@@ -112,6 +112,11 @@ class RoundTrips:
         self._rng = rng or random.Random()
         self._strict = strict_deadline
         self._coordinators: dict[tuple[int, str], int] = {}
+        self._closed_error: KafkaError | None = None
+
+    def close(self, error: KafkaError) -> None:
+        """Fail every round trip from its next attempt on with ``error`` (the owner closed)."""
+        self._closed_error = error
 
     def deadline_ms(self) -> int:
         """``max_block_ms`` from now: the deadline of an operation starting now."""
@@ -220,6 +225,8 @@ class RoundTrips:
         attempts = 0
         error: KafkaError = KafkaTimeoutError("no attempt was made")
         while True:
+            if self._closed_error is not None:
+                raise self._closed_error
             timeout_ms = cfg.request_timeout_ms
             if self._strict:
                 timeout_ms = min(timeout_ms, deadline_ms - clock.monotonic_ms())
