@@ -240,16 +240,17 @@ class Admin:
             commit: True to commit, False to abort.
 
         Raises:
-            ProducerFencedError: the transactional id moved on since the prepare: the
-                coordinator aborted it after ``transaction_timeout_ms``, or a newer producer
-                or :meth:`fence_producers` ran InitProducerId (its epoch is higher).
+            ProducerFencedError: the transactional id moved on since the prepare (its epoch
+                is higher): a newer producer or :meth:`fence_producers` ran InitProducerId,
+                or (protocol 1) the coordinator aborted it after ``transaction_timeout_ms``.
+            InvalidTxnStateError: the transaction already ended the other way: committing
+                one that was aborted (protocol 2: also one the coordinator aborted after
+                ``transaction_timeout_ms``, on Kafka 4.4), or aborting one that was
+                committed. Under protocol 2, aborting a transaction the coordinator aborted
+                after its timeout succeeds.
             InvalidProducerIdMappingError: the id has another producer id now (its epoch
                 overflowed, or the id expired and was used again), or the coordinator does
                 not know the id at all.
-            InvalidTxnStateError: the transaction already ended the other way (committing
-                one that was aborted, or aborting one that was committed); Kafka up to 4.3
-                also answers this for a commit racing the coordinator's timeout abort
-                (KAFKA-20785).
             InvalidProducerEpochError: what brokers older than 2.7 answer instead of
                 ProducerFencedError.
             UnsupportedVersionError: protocol 2 and a coordinator without EndTxn v5.

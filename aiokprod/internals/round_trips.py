@@ -65,6 +65,18 @@ class Retry(Exception):
         self.wait_ms = wait_ms
 
 
+class GiveUp(Exception):
+    """Raised by a response handler: fail with ``error`` now, even if its class is retriable.
+
+    (UNKNOWN_TOPIC_OR_PARTITION is retriable for Produce, but committing an offset for a
+    partition that does not exist will not get better.)
+    """
+
+    def __init__(self, error: KafkaError):
+        super().__init__(str(error))
+        self.error = error
+
+
 def check_code(
     code: int,
     message: str | None = None,
@@ -238,6 +250,8 @@ class RoundTrips:
                 request, version = make(conn)
                 response = await conn.request(request, timeout_s, version=version)
                 return handle(response)
+            except GiveUp as give_up:
+                raise give_up.error from None
             except Retry as retry:
                 error = retry.error
                 if retry.refind:
