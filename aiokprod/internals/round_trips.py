@@ -136,6 +136,10 @@ class RoundTrips:
 
     # --- coordinators -------------------------------------------------------------------------
 
+    def coordinator_node(self, key_type: int, key: str) -> int | None:
+        """The node last found to coordinate ``key`` (None: not looked up, or forgotten)."""
+        return self._coordinators.get((key_type, key))
+
     def forget_coordinator(self, key_type: int, key: str) -> None:
         """Look the coordinator of ``key`` up again before its next request."""
         self._coordinators.pop((key_type, key), None)

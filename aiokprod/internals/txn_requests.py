@@ -122,6 +122,11 @@ class TransactionCoordinator:
         """
         await self._requests.to_coordinator(what, key_type, key, make, handle)
 
+    @property
+    def coordinator_node(self) -> int | None:
+        """The transaction coordinator's node id, once found."""
+        return self._requests.coordinator_node(*self._txn_key())
+
     def _txn_key(self) -> tuple[int, str]:
         return KEY_TYPE_TRANSACTION, self._txn.transactional_id
 
