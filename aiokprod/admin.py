@@ -90,14 +90,9 @@ class Admin:
         rng: random.Random | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
-        if config is not None:
-            if bootstrap_servers is not None or options:
-                raise IllegalStateError("pass either config= or options, not both")
-            self._config = config
-        else:
-            if options.get("client_id") is None:
-                options["client_id"] = f"aiokprod-admin-{next(_client_ids)}"
-            self._config = ProducerConfig.from_options(bootstrap_servers, **options)
+        if config is None and options.get("client_id") is None:
+            options["client_id"] = f"aiokprod-admin-{next(_client_ids)}"
+        self._config = ProducerConfig.resolve(bootstrap_servers, config, options)
         self._transport = transport
         self._clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()
@@ -154,15 +149,10 @@ class Admin:
                 def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
                     tg.start_soon(fn)
 
-                pool = self._pool = ConnectionPool(
-                    cfg.bootstrap_servers,
+                pool = self._pool = ConnectionPool.from_config(
+                    cfg,
                     spawn=spawn,
-                    client_id=cfg.client_id,
                     software_version=__version__,
-                    max_in_flight=cfg.max_in_flight_requests_per_connection,
-                    setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                    reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-                    reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
                     ssl_context=ssl_context,
                     authenticate=authenticate,
                     transport=self._transport,
