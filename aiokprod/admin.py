@@ -131,7 +131,7 @@ class Admin:
             ConfigError: a TLS file or key password that cannot be loaded.
         """
         if self._runner is not None or self._closed:
-            raise IllegalStateError("start() on an admin client that was started already")
+            raise IllegalStateError("start() on an admin client that was started or closed already")
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         self._stop = asyncio.Event()
