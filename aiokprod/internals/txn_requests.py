@@ -10,6 +10,7 @@ states itself.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
+    ClusterChangedError,
     ConcurrentTransactionsError,
     KafkaConnectionError,
     KafkaError,
@@ -135,6 +137,25 @@ class TransactionCoordinator:
         self._force_tv1 = force_tv1
         self._coordinators: dict[tuple[int, str], int] = {}
         self._adding = False
+        #: Counts cluster replacements (issue 29); a round trip that began on an older
+        #: cluster fails with ``_cluster_error`` instead of going on on the new one.
+        self._generation = 0
+        self._cluster_error: ClusterChangedError | None = None
+
+    def cluster_changed(self, error: ClusterChangedError) -> None:
+        """The cluster was replaced: coordinators are found afresh; round trips under way fail.
+
+        A request of the old cluster's transaction (EndTxn, AddPartitionsToTxn, an epoch
+        bump) would name a producer id the new cluster never issued: it fails with
+        ``error`` instead, and the transaction is re-initialised (``init_producer_id``).
+        """
+        self._coordinators.clear()
+        self._generation += 1
+        self._cluster_error = error
+
+    def _check_generation(self, generation: int) -> None:
+        if generation != self._generation and self._cluster_error is not None:
+            raise copy.copy(self._cluster_error)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -154,6 +175,7 @@ class TransactionCoordinator:
         response = await conn.request(request, timeout_s)
         if not isinstance(response, FindCoordinatorResponse):  # pragma: no cover
             raise KafkaError("FindCoordinator answered with another message")
+        self._check_cluster(conn)
         if response.coordinators:
             found = response.coordinators[0]
             code, message = found.error_code, found.error_message
@@ -176,22 +198,35 @@ class TransactionCoordinator:
         key: str,
         make: Callable[[BrokerConnection], tuple[Struct, int | None]],
         handle: Callable[[Struct], None],
+        *,
+        any_cluster: bool = False,
     ) -> None:
         """Send ``make(conn)`` to the coordinator until ``handle`` accepts the answer.
 
+        Only a broker of the cluster the producer writes to is asked. With ``any_cluster``
+        false the round trip belongs to the cluster it began on: if that one is replaced
+        meanwhile, it fails with :class:`ClusterChangedError`.
+
         Raises:
             KafkaTimeoutError: not done within ``max_block_ms``.
+            ClusterChangedError: the cluster was replaced (not with ``any_cluster``).
             KafkaError: the answer's error when it is not retriable.
         """
         cfg = self._config
         timeout_s = cfg.request_timeout_ms / 1000
         deadline_ms = self._clock.monotonic_ms() + cfg.max_block_ms
         attempts = 0
+        generation = self._generation
         while True:
+            if not any_cluster:
+                self._check_generation(generation)
             try:
                 conn = await self._connection(key_type, key, timeout_s)
                 request, version = make(conn)
                 response = await conn.request(request, timeout_s, version=version)
+                self._check_cluster(conn)
+                if not any_cluster:
+                    self._check_generation(generation)
                 handle(response)
                 return
             except _Retry as retry:
@@ -219,13 +254,28 @@ class TransactionCoordinator:
             log.debug("transactional request retry", request=what, error=str(error), wait_ms=wait)
             await asyncio.sleep(wait / 1000)
 
+    def _check_cluster(self, conn: BrokerConnection) -> None:
+        """Retry elsewhere when ``conn`` leads to another cluster than the producer's."""
+        if not self._pool.belongs_to_cluster(conn):
+            raise _Retry(
+                KafkaConnectionError(
+                    f"node {conn.node_id} belongs to cluster {conn.cluster_id!r}, not "
+                    f"{self._pool.cluster_id!r}"
+                ),
+                refind=True,
+            )
+
     def _txn_key(self) -> tuple[int, str]:
         return KEY_TYPE_TRANSACTION, self._txn.transactional_id
 
     # --- InitProducerId -----------------------------------------------------------------------
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
-        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360)."""
+        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360).
+
+        Without ``bump`` it runs on whatever cluster the producer writes to when it is
+        answered: at start, and again after the cluster was replaced (issue 29).
+        """
         txn, idem = self._txn, self._idem
         key_type, key = self._txn_key()
 
@@ -246,6 +296,8 @@ class TransactionCoordinator:
             _check_code(response.error_code)
             idem.set_producer_id(response.producer_id, response.producer_epoch)
             txn.epoch_bump_required = False
+            if not bump:
+                txn.reinit_done()
             log.info(
                 "transactional producer id",
                 transactional_id=txn.transactional_id,
@@ -255,7 +307,8 @@ class TransactionCoordinator:
             )
 
         await self._guarded(
-            "InitProducerId", self._round_trip("InitProducerId", key_type, key, make, handle)
+            "InitProducerId",
+            self._round_trip("InitProducerId", key_type, key, make, handle, any_cluster=not bump),
         )
         self._wakeup()
 
