@@ -73,6 +73,25 @@ class Clusters:
             rng=random.Random(2),
         )
 
+    def fetcher(
+        self,
+        pool: ConnectionPool,
+        on_cluster_change: Callable[[str, str], None] | None = None,
+    ) -> tuple[MetadataState, MetadataFetcher]:
+        """A metadata state and its fetcher on ``pool`` (refreshes are run by hand)."""
+        state = MetadataState(300_000, 300_000, 10, 10)
+        fetcher = MetadataFetcher(
+            state,
+            pool,
+            pool._spawn,
+            request_timeout_ms=200,
+            allow_auto_create_topics=False,
+            on_update=lambda: None,
+            on_cluster_change=on_cluster_change,
+            clock=LoopClock(self.loop),
+        )
+        return state, fetcher
+
     def run(self, main: Coroutine[Any, Any, None]) -> None:
         try:
             self.loop.run_until_complete(main)
@@ -166,16 +185,8 @@ def test_the_fetcher_follows_a_new_cluster_once_and_refuses_the_old_one(
 
     async def main() -> None:
         pool = world.pool()
-        state = MetadataState(300_000, 300_000, 10, 10)
-        fetcher = MetadataFetcher(
-            state,
-            pool,
-            pool._spawn,
-            request_timeout_ms=1000,
-            allow_auto_create_topics=False,
-            on_update=lambda: None,
-            on_cluster_change=lambda old, new: changes.append((old, new)),
-            clock=LoopClock(world.loop),
+        state, fetcher = world.fetcher(
+            pool, on_cluster_change=lambda old, new: changes.append((old, new))
         )
         refresh = fetcher._refresh  # one refresh, on the bootstrap address (node -1)
         await refresh(-1, ["t"])
@@ -245,16 +256,7 @@ def test_metadata_fetched_again_is_info_after_the_warning(
 
     async def main() -> None:
         pool = world.pool()
-        state = MetadataState(300_000, 300_000, 10, 10)
-        fetcher = MetadataFetcher(
-            state,
-            pool,
-            pool._spawn,
-            request_timeout_ms=200,
-            allow_auto_create_topics=False,
-            on_update=lambda: None,
-            clock=LoopClock(world.loop),
-        )
+        state, fetcher = world.fetcher(pool)
         world.old.stop_all()
         for _ in range(3):
             await fetcher._refresh(-1, ["t"])
