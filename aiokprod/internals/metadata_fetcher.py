@@ -146,8 +146,9 @@ class MetadataFetcher:
     def _check_cluster(self, response: MetadataResponse, node_id: int) -> None:
         """Follow the cluster id of ``response`` (issue 29; docs/delivery-guarantees.md).
 
-        The first one names the cluster the producer writes to. Another one later means the
-        cluster behind the bootstrap address was replaced: everything the producer holds
+        The first broker the producer heard from named the cluster it writes to (the pool
+        asks each broker as it connects). Another one later means the cluster behind the
+        bootstrap address was replaced: everything the producer holds
         from the old one (its producer id, sequences, transaction) is void there, and
         ``on_cluster_change`` settles that before the new view is applied. A cluster the
         producer left is never returned to: its answer is refused like a failed refresh.

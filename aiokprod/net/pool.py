@@ -12,9 +12,10 @@ brokers, as in the Java client. Failed attempts back off exponentially between
 Each connection's task (open, then read until closed) runs in the producer's task group via
 the ``spawn`` function the pool is given, so no connection outlives the producer.
 
-Every connection asks its broker for the cluster id while it opens (issue 29). Once metadata
-told which cluster the producer writes to (:meth:`ConnectionPool.set_cluster`), a broker of
-another cluster is not used: a connection to a node that answers for another cluster fails
+Every connection asks its broker for the cluster id while it opens (issue 29). The first
+answer names the cluster the producer writes to (a Metadata answer from another one later
+means it was replaced: :meth:`ConnectionPool.set_cluster`); a broker of another cluster is
+not used: a connection to a node that answers for another cluster fails
 like a refused connect (the address now leads elsewhere: a stale broker of a replaced cluster,
 or a cluster replaced in place), and a cluster the producer left is refused even on a
 bootstrap address. Bootstrap addresses may lead to a new cluster: that is how the producer
@@ -125,7 +126,7 @@ class ConnectionPool:
 
     @property
     def cluster_id(self) -> str | None:
-        """The id of the cluster the producer writes to (None until metadata named one)."""
+        """The id of the cluster the producer writes to (None until a broker named one)."""
         return self._cluster_id
 
     def is_retired(self, cluster_id: str) -> bool:
@@ -364,6 +365,10 @@ class ConnectionPool:
             if foreign is not None:
                 conn.close(foreign)
                 raise foreign
+            if self._cluster_id is None and conn.cluster_id is not None:
+                # The first broker heard from names the cluster: a producer id may be asked
+                # for before any metadata (simulator seeds 3420, 5190, 9724, 9973).
+                self.set_cluster(conn.cluster_id)
         except KafkaError as exc:
             self._connecting.pop(node_id, None)
             self._record_failure(node_id, exc)

@@ -102,6 +102,11 @@ class Clusters:
             self.loop.close()
 
 
+def current(pool: ConnectionPool) -> str | None:
+    """Read through a call (mypy would narrow ``pool.cluster_id`` across calls)."""
+    return pool.cluster_id
+
+
 def is_ready(conn: BrokerConnection) -> bool:
     """Read through a call (mypy would narrow ``conn.ready`` across calls)."""
     return conn.ready
@@ -112,8 +117,10 @@ def test_a_connection_knows_its_cluster_and_set_cluster_closes_the_others() -> N
 
     async def main() -> None:
         pool = world.pool()
+        assert current(pool) is None
         conn = await pool.connection(-1, 1.0)
         assert conn.cluster_id == OLD
+        assert current(pool) == OLD  # the first broker heard from names the cluster
         pool.set_cluster(OLD)
         assert is_ready(conn)  # same cluster: kept
         pool.update_nodes({0: ("broker0.sim", 9092), 1: ("broker1.sim", 9093)})
