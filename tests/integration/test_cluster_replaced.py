@@ -29,6 +29,9 @@ from aiokprod.errors import ClusterChangedError
 from aiokprod.testing import ClusterReplacement, LocalKafkaError
 from aiokprod.testing.pytest_plugin import in_ci
 
+#: Starts its own two brokers (not the session's `kafka`), but needs Java all the same.
+pytestmark = pytest.mark.broker
+
 PARTITIONS = 3
 #: Topics are created by the first producer's metadata request, with 3 partitions.
 BROKER_CONFIG = {"num.partitions": str(PARTITIONS)}
