@@ -10,10 +10,9 @@ The cluster moves leaders (elections, bumping the leader epoch), stops and resta
 reached a follower when leadership moves. A topic may have a ``max.message.bytes``: larger
 batches are refused with MESSAGE_TOO_LARGE.
 
-A cluster has an id (in every Metadata answer) and remembers the producer ids it issued to the
-producer under test: a batch written under any other id is a violation (issue 29: a cluster
-that replaced another never issued the old one's ids, and may have given them to another
-producer, :meth:`SimCluster.phantom_producer`).
+A cluster has an id and remembers the producer ids it issued to the producer: a batch under
+any other id is a violation (issue 29: the cluster that replaced another may have given the
+old one's id to another producer, :meth:`SimCluster.phantom_producer`).
 """
 
 from __future__ import annotations
@@ -264,13 +263,9 @@ class SimCluster:
             self.start_broker(node_id)
 
     def phantom_producer(self, producer_id: int) -> None:
-        """Another producer got ``producer_id`` and wrote one record to every partition.
+        """Another producer got ``producer_id`` and wrote a record to every partition.
 
-        As when a cluster that replaced another hands out ids from 0 again: the next
-        producer to start there may get the id a producer of the old cluster still holds.
-        A producer that kept writing under that id would break this one's sequences, or
-        have its batches dropped as duplicates. Its records' values start with
-        :data:`PHANTOM_PREFIX` (the invariants leave them out).
+        A new cluster's ids start from 0 again (issue 29); its values: :data:`PHANTOM_PREFIX`.
         """
         self.phantom_ids.add(producer_id)
         if self.next_producer_id == producer_id:
@@ -472,15 +467,12 @@ class SimCluster:
             self.violations.append(f"Produce {topic}-{index}: {len(batches)} batches or bad flags")
             return answer(INVALID_RECORD)
         batch = batches[0]
-        if batch.producer_id >= 0 and batch.producer_id not in self.issued:
+        pid = batch.producer_id
+        if pid >= 0 and pid not in self.issued:
+            whose = " (it belongs to another producer)" if pid in self.phantom_ids else ""
             self.violations.append(
                 f"Produce to {topic}-{index} of cluster {self.cluster_id} under producer id "
-                f"{batch.producer_id}, which this cluster never issued to the producer"
-                + (
-                    " (it belongs to another producer)"
-                    if batch.producer_id in self.phantom_ids
-                    else ""
-                )
+                f"{pid}, which this cluster never issued to the producer{whose}"
             )
         if self._too_large(part, batch, len(records)):
             self.trace(f"produce {topic}-{index}: {len(records)} bytes, MESSAGE_TOO_LARGE")
