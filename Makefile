@@ -33,7 +33,7 @@ test: $(STAMP)
 ##         CPython >= 3.11 pyenv has (tools/pythons.py; PYTHONS=... to choose), each built from
 ##         the sdist with build isolation and AIOKPROD_MYPYC=1, repaired by auditwheel (a glibc
 ##         symbol newer than 2.17 fails), then all checked by tools/check_wheels.py
-##         (tools/build_wheels.py; ~4 min of CPU, two builds at a time)
+##         (tools/build_wheels.py; ~3 min, two builds at a time)
 WHEELS_STAMP  := dist/.built
 WHEEL_SOURCES := pyproject.toml setup.py MANIFEST.in README.md CHANGELOG.md \
 	build_backend/aiokprod_build.py tools/build_wheels.py tools/check_wheels.py tools/pythons.py \
