@@ -79,6 +79,17 @@ def test_the_backend_is_named_and_shipped(check_wheels: ModuleType) -> None:
     assert "build_backend/aiokprod_build.py" in check_wheels.BUILD_FILES
 
 
+def test_the_release_copies_what_the_unit_tests_read() -> None:
+    # The release workflow runs the unit suite in a scratch folder holding only these: the
+    # tests; the source tree (test_layering.py, test_file_map.py and test_compiled.py read it);
+    # docs/design.md (test_file_map.py); setup.py's list; tools/ and build_backend/ (loaded
+    # from their files by tests/unit/conftest.py); pyproject.toml (pytest's and mypy's settings).
+    sources = set(PYPROJECT["tool"]["cibuildwheel"]["test-sources"])
+    read = {"tests", "aiokprod", "docs/design.md", "setup.py", "tools", "build_backend"}
+    assert read | {"pyproject.toml"} <= sources
+    assert all((ROOT / source).exists() for source in sources)
+
+
 def test_the_wheel_tests_group_is_a_subset_of_the_test_extra() -> None:
     def names(requirements: list[str]) -> set[str]:
         return {re.split(r"[<>=!;\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
