@@ -245,23 +245,32 @@ class Producer(ProducerLifecycle):
             As :meth:`send`: once queued, the record is delivered even if this call is
             cancelled while waiting for the acknowledgement.
         """
-        delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
         sender = self._rt.sender
-        if not delivery.done() and sender is not None:
-            self._acc.expedite(delivery.tp)
-            # Run a sender pass right here instead of waking the sender task and waiting
-            # for it to be scheduled: the request is written one event-loop turn sooner.
-            # run_once is synchronous, so it cannot interleave with the sender task's pass.
-            now_ms = self._clock.monotonic_ms()
-            try:
-                delay_ms = sender.run_once(now_ms)
-            except Exception as exc:
-                # A bug in a pass is a crash of the producer, whichever task ran the pass.
-                self._on_crash(exc)
-                if self._runner is not None:
-                    self._runner.cancel()
-                raise self._not_running() from exc
-            sender.pass_timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
+        if sender is None:
+            return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
+        # The pass below plans the sender task's next pass: the new batch's linger deadline
+        # need not move its timer first (a loop turn per call; PassTimer.hold).
+        timer = sender.pass_timer
+        timer.hold()
+        try:
+            delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
+            if not delivery.done():
+                self._acc.expedite(delivery.tp)
+                # Run a sender pass right here instead of waking the sender task and waiting
+                # for it to be scheduled: the request is written one event-loop turn sooner.
+                # run_once is synchronous, so it cannot interleave with the sender task's pass.
+                now_ms = self._clock.monotonic_ms()
+                try:
+                    delay_ms = sender.run_once(now_ms)
+                except Exception as exc:
+                    # A bug in a pass is a crash of the producer, whichever task ran the pass.
+                    self._on_crash(exc)
+                    if self._runner is not None:
+                        self._runner.cancel()
+                    raise self._not_running() from exc
+                timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
+        finally:
+            timer.release()  # nothing to do after ran()
         return await delivery
 
     async def flush(self, timeout: float | None = None) -> None:
