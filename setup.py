@@ -21,6 +21,7 @@ from setuptools import Extension, setup
 # TypeError instead of the typed aiokprod error the API promises; send() runs in
 # internals/send_path.py instead, whose arguments are typed object and checked by our code.
 COMPILED_MODULES = [
+    "aiokprod/clock.py",
     "aiokprod/protocol/primitives.py",
     "aiokprod/protocol/records.py",
     "aiokprod/protocol/produce_fast.py",
@@ -36,6 +37,8 @@ COMPILED_MODULES = [
     "aiokprod/internals/produce_response.py",
     "aiokprod/internals/pass_timer.py",
     "aiokprod/net/connection.py",
+    "aiokprod/net/pool.py",
+    "aiokprod/net/transport.py",
     "aiokprod/protocol/connection.py",
 ]
 

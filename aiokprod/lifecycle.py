@@ -53,7 +53,7 @@ class ProducerLifecycle(TransactionalMixin):
         #: ``thread_id``, the thread whose event loop started the producer: sends from any
         #: other thread are refused. (A thread id, not the loop: asyncio.get_running_loop()
         #: costs a getpid() system call per call before Python 3.12, too much per record.)
-        self._path = SendPath(runtime, self._not_running, self._wrong_loop)
+        self._path = SendPath(runtime, self._not_running, self._wrong_loop, self._pass_crashed)
         self._state = ProducerState.NEW
         self._runner: asyncio.Task[None] | None = None
         self._crash: ProducerCrashedError | None = None
@@ -115,6 +115,17 @@ class ProducerLifecycle(TransactionalMixin):
             if isinstance(exc, asyncio.CancelledError) and self._state is ProducerState.CLOSED:
                 return
             self._on_crash(exc)
+
+    def _pass_crashed(self, exc: Exception) -> KafkaError:
+        """Crash the producer for a sender pass that raised in a caller's task.
+
+        A pass that ``send_and_wait`` runs is the sender's: a bug there is a crash of the
+        producer, whichever task ran it. Returns the error to raise in that task.
+        """
+        self._on_crash(exc)
+        if self._runner is not None:
+            self._runner.cancel()
+        return self._not_running()
 
     def _on_crash(self, exc: BaseException) -> None:
         if self._crash is not None:

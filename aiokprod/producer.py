@@ -81,6 +81,10 @@ class Producer(ProducerLifecycle):
         # subclass overrides send(). Saves ~0.1 us per record (a Python call) on both builds.
         if type(self).send is Producer.send:
             self.__dict__["send"] = self._path.send
+            # send_and_wait() likewise (it calls the send path's own send(), so only when
+            # send() is not overridden either).
+            if type(self).send_and_wait is Producer.send_and_wait:
+                self.__dict__["send_and_wait"] = self._path.send_and_wait
         self._acc = rt.accumulator
         self._metadata = rt.metadata
         self._appender = rt.appender
@@ -223,7 +227,7 @@ class Producer(ProducerLifecycle):
             )
         return bulk
 
-    async def send_and_wait(
+    def send_and_wait(
         self,
         topic: str,
         value: Any = None,
@@ -231,8 +235,11 @@ class Producer(ProducerLifecycle):
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[Header] | None = None,
-    ) -> RecordMetadata:
+    ) -> Coroutine[Any, Any, RecordMetadata]:
         """Send one record and wait for its acknowledgement.
+
+        ``await producer.send_and_wait(...)``: like :meth:`send`, it returns the send path's
+        coroutine (the errors below are raised when it is awaited).
 
         The record's batch does not wait out ``linger_ms``: it is sent as soon as the
         sender runs, together with whatever other records joined it meanwhile (see
@@ -245,24 +252,18 @@ class Producer(ProducerLifecycle):
             As :meth:`send`: once queued, the record is delivered even if this call is
             cancelled while waiting for the acknowledgement.
         """
-        delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
-        sender = self._rt.sender
-        if not delivery.done() and sender is not None:
-            self._acc.expedite(delivery.tp)
-            # Run a sender pass right here instead of waking the sender task and waiting
-            # for it to be scheduled: the request is written one event-loop turn sooner.
-            # run_once is synchronous, so it cannot interleave with the sender task's pass.
-            now_ms = self._clock.monotonic_ms()
-            try:
-                delay_ms = sender.run_once(now_ms)
-            except Exception as exc:
-                # A bug in a pass is a crash of the producer, whichever task ran the pass.
-                self._on_crash(exc)
-                if self._runner is not None:
-                    self._runner.cancel()
-                raise self._not_running() from exc
-            sender.pass_timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
-        return await delivery
+        if type(self).send is not Producer.send:  # a subclass's send(): through it
+            return self._path.send_and_wait_via(
+                lambda: self.send(
+                    topic,
+                    value,
+                    key=key,
+                    partition=partition,
+                    timestamp_ms=timestamp_ms,
+                    headers=headers,
+                )
+            )
+        return self._path.send_and_wait(topic, value, key, partition, timestamp_ms, headers)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now, and wait until all of it is acknowledged or failed.

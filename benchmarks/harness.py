@@ -407,8 +407,10 @@ def execute(session: Session, workload: Workload, client: Client, rep: int) -> d
             except (OSError, ValueError):
                 result = {"sent": 0, "elapsed_s": 0.0, "errors": 0, "first_error": ""}
         run.update(result)
-        if client.interpreter and "mypyc" not in str(result.get("library", "mypyc")):
-            run["failures"].append(f"{client.interpreter} did not run the compiled build")
+        compiled = "mypyc" in str(result.get("library", "mypyc" if client.compiled else ""))
+        if client.interpreter and compiled != client.compiled:
+            build = "the compiled" if client.compiled else "a pure-Python"
+            run["failures"].append(f"{client.interpreter} did not run {build} build")
         if result.get("peak_rss_self_mib"):
             run["peak_rss_mib"] = max(run["peak_rss_mib"], result["peak_rss_self_mib"])
         _verify(session, workload, run, outcome, topic)
@@ -532,7 +534,12 @@ def _interpreter(client: Client, workdir: Path) -> tuple[str, dict[str, str] | N
     path_dir.mkdir(exist_ok=True)
     (path_dir / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(path_dir)}
-    return str(ROOT / client.interpreter), env
+    return str(_interpreter_path(client)), env
+
+
+def _interpreter_path(client: Client) -> Path:
+    """The client's interpreter: relative to the project root, ``$NAME`` from the environment."""
+    return ROOT / os.path.expandvars(client.interpreter)
 
 
 def aiokprod_builds(clients: list[Client]) -> dict[str, str]:
@@ -559,7 +566,9 @@ def aiokprod_builds(clients: list[Client]) -> dict[str, str]:
 
 def unavailable(client: Client, workload: Workload) -> str | None:
     """Why this row cannot run on this machine (None: it can)."""
-    if client.interpreter and not (ROOT / client.interpreter).exists():
+    if client.interpreter and "$" in os.path.expandvars(client.interpreter):
+        return f"{client.interpreter}: the variable is not set"
+    if client.interpreter and not _interpreter_path(client).exists():
         return f"{client.interpreter} is missing (make test-compiled builds it)"
     if client.mode == "send_many":
         from aiokprod import Producer

@@ -45,10 +45,14 @@ class Marks:
 
 
 def instrument() -> None:
-    """Wrap the stream's write and receive so that each notes its time in :class:`Marks`."""
+    """Wrap the stream's write and receive so that each notes its time in :class:`Marks`.
+
+    (The stream class is a plain Python class in both builds: compiled, its methods are
+    native functions, and wrapping them here adds an interpreted frame to each leg.)
+    """
     stream = transport._AsyncioStream
     write = stream.write
-    received = stream._received
+    buffer_updated = stream.buffer_updated
 
     def timed_write(self: transport._AsyncioStream, data: bytes | bytearray) -> None:
         if len(data) > PRODUCE_MIN_BYTES:
@@ -56,12 +60,12 @@ def instrument() -> None:
             Marks.frame = bytes(data)
         write(self, data)
 
-    def timed_received(self: transport._AsyncioStream, data: bytes) -> None:
+    def timed_buffer_updated(self: transport._AsyncioStream, nbytes: int) -> None:
         Marks.received = time.perf_counter()
-        received(self, data)
+        buffer_updated(self, nbytes)
 
     stream.write = timed_write  # type: ignore[method-assign]
-    stream._received = timed_received  # type: ignore[method-assign]
+    stream.buffer_updated = timed_buffer_updated  # type: ignore[method-assign]
 
 
 def percentile_us(values: list[float], point: float) -> float:

@@ -113,6 +113,11 @@ WORKLOADS: tuple[Workload, ...] = (
 )
 
 
+BASELINE_ENV = "$AIOKPROD_BENCH_BASELINE"
+"""The baseline rows' directory: ``venv`` (a pure install of another commit) and
+``venv-mypyc`` (its compiled build) in it."""
+
+
 @dataclass(frozen=True)
 class Client:
     """A row of the tables: a client library (``family``) with optional setting overrides."""
@@ -132,7 +137,10 @@ class Client:
     keyed: bool = True
     """Whether it can send keyed records."""
     interpreter: str = ""
-    """Another Python than the suite's, relative to the project root (skipped if missing)."""
+    """Another Python than the suite's, relative to the project root (skipped if missing);
+    ``$NAME`` is read from the environment (a row whose variable is unset is skipped)."""
+    compiled: bool = False
+    """The interpreter must run aiokprod's compiled build (the run fails otherwise)."""
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
     """The event loop an asynchronous client's runner runs on (aiokprod's runner only)."""
     note: str = ""
@@ -182,6 +190,7 @@ CLIENTS: tuple[Client, ...] = (
         "aiokprod, compiled (mypyc)",
         "medium",
         interpreter=".venv-mypyc/bin/python",
+        compiled=True,
         only=("unkeyed", "keyed", "value-1k", "latency-linger0", "latency-linger5"),
         note="the optional mypyc build (docs/compiled.md; make test-compiled builds it)",
     ),
@@ -192,6 +201,7 @@ CLIENTS: tuple[Client, ...] = (
         "medium",
         mode="callback",
         interpreter=".venv-mypyc/bin/python",
+        compiled=True,
         only=("unkeyed", "keyed"),
         note="the mypyc build, add_done_callback on each send()'s future",
     ),
@@ -201,9 +211,30 @@ CLIENTS: tuple[Client, ...] = (
         "aiokprod, compiled (mypyc), uvloop",
         "medium",
         interpreter=".venv-mypyc/bin/python",
+        compiled=True,
         event_loop="uvloop",
         only=("unkeyed", "latency-linger0", "latency-linger5"),
         note="the mypyc build on uvloop instead of asyncio's loop (an option users may pick)",
+    ),
+    Client(
+        "aiokprod-baseline",
+        "aiokprod",
+        "aiokprod, baseline",
+        "medium",
+        interpreter=f"{BASELINE_ENV}/venv/bin/python",
+        only=("unkeyed", "keyed", "latency-linger0", "latency-linger5"),
+        note=f"another build of aiokprod, pure Python, for a before/after in one run: "
+        f"{BASELINE_ENV}/venv (see docs/benchmarks.md)",
+    ),
+    Client(
+        "aiokprod-mypyc-baseline",
+        "aiokprod",
+        "aiokprod, compiled (mypyc), baseline",
+        "medium",
+        interpreter=f"{BASELINE_ENV}/venv-mypyc/bin/python",
+        compiled=True,
+        only=("unkeyed", "keyed", "latency-linger0", "latency-linger5"),
+        note=f"the baseline's compiled build: ${BASELINE_ENV}/venv-mypyc",
     ),
     Client("aiokafka", "aiokafka", "aiokafka", "medium"),
     Client(

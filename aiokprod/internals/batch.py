@@ -217,6 +217,33 @@ class BatchResult:
             callbacks.append(arg)
 
 
+# RecordMetadata is a frozen dataclass: its generated __init__ sets each field through
+# object.__setattr__, interpreted (about 1 us). The fields' own slot descriptors set them
+# directly; record_metadata() makes what RecordMetadata(...) makes, for half of that
+# (tests/unit/internals/test_batch.py compares the two, field by field).
+_new_metadata: Final = object.__new__
+_set_topic: Final = RecordMetadata.__dict__["topic"].__set__
+_set_partition: Final = RecordMetadata.__dict__["partition"].__set__
+_set_offset: Final = RecordMetadata.__dict__["offset"].__set__
+_set_timestamp: Final = RecordMetadata.__dict__["timestamp_ms"].__set__
+_set_key_size: Final = RecordMetadata.__dict__["serialized_key_size"].__set__
+_set_value_size: Final = RecordMetadata.__dict__["serialized_value_size"].__set__
+
+
+def record_metadata(
+    topic: str, partition: int, offset: int, timestamp_ms: int, key_size: int, value_size: int
+) -> RecordMetadata:
+    """``RecordMetadata(topic, partition, offset, timestamp_ms, key_size, value_size)``."""
+    metadata: RecordMetadata = _new_metadata(RecordMetadata)
+    _set_topic(metadata, topic)
+    _set_partition(metadata, partition)
+    _set_offset(metadata, offset)
+    _set_timestamp(metadata, timestamp_ms)
+    _set_key_size(metadata, key_size)
+    _set_value_size(metadata, value_size)
+    return metadata
+
+
 class DeliveryFuture:
     """The result of one ``send()``: await it for the :class:`RecordMetadata`.
 
@@ -255,7 +282,10 @@ class DeliveryFuture:
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         result = self._result
         if not result.done:
-            yield from result.wait().__await__()
+            # BatchResult.wait(), inlined: a future of this waiter's own, no coroutine.
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            result.add_callback(_resolve, waiter)
+            yield from waiter
         return self.result()
 
     def done(self) -> bool:
@@ -308,7 +338,7 @@ class DeliveryFuture:
         else:  # split: the record's piece knows (SPLIT_OFFSET)
             offset, append_ms = result.position(self._index)
         timestamp = append_ms if append_ms >= 0 else self._timestamp_ms
-        metadata = self._metadata = RecordMetadata(
+        metadata = self._metadata = record_metadata(
             self.tp.topic,
             self.tp.partition,
             offset,

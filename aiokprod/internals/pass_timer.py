@@ -14,14 +14,18 @@ sleep. ``reschedule`` moves the next pass instead of waking the loop, so a new b
 
 The timer is moved lazily. A timer that fires before the planned pass (it was re-planned
 later) only re-arms itself; a pass planned earlier than the armed timer re-arms it once, in a
-callback at the next loop turn, before the loop can sleep. So ``send_and_wait`` (the new
-batch's linger deadline, then its own pass re-planning the sleep) costs one ``call_soon``
-instead of cancelling and scheduling the loop's timer twice per record.
+callback at the next loop turn, before the loop can sleep. And ``send_and_wait`` moves
+nothing at all: it :meth:`~PassTimer.hold` s the timer while its record is appended, so the
+new batch's linger deadline is left to the pass it runs next (:meth:`~PassTimer.ran`), which
+plans the sleep from everything queued. Without the hold that deadline cost a callback, and
+so a turn of the event loop, per call; before the lazy timer it cost cancelling and
+scheduling the loop's timer twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 
@@ -43,6 +47,9 @@ class PassTimer:
         "_arm_scheduled",
         "_armed_ms",
         "_clock",
+        "_held_ms",
+        "_holder",
+        "_loop",
         "_next_pass_ms",
         "_timer",
         "_waiter",
@@ -60,6 +67,11 @@ class PassTimer:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_ms = _NOT_ARMED
         self._arm_scheduled = False
+        #: The loop the sender sleeps on (known from its first sleep).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The task holding the timer (:meth:`hold`), and the earliest pass asked of it meanwhile.
+        self._holder: asyncio.Task[Any] | None = None
+        self._held_ms = _NOT_ARMED
 
     def wakeup(self) -> None:
         """Make the loop run a pass soon (cheap if it is already awake)."""
@@ -73,10 +85,44 @@ class PassTimer:
     def reschedule(self, now_ms: int, delay_ms: int) -> None:
         """A pass is needed ``delay_ms`` after ``now_ms``: bring the next pass forward if later.
 
-        Nothing to do while the loop is awake: it computes its sleep after its pass.
+        Nothing to do while the loop is awake: it computes its sleep after its pass. Nor,
+        for now, when the task holding the timer asks (:meth:`hold`).
         """
-        if self._waiter is not None and now_ms + delay_ms < self._next_pass_ms:
-            self._plan(now_ms + delay_ms)
+        if self._waiter is None or now_ms + delay_ms >= self._next_pass_ms:
+            return
+        holder = self._holder
+        if holder is not None and holder is asyncio.current_task(self._loop):
+            self._held_ms = min(self._held_ms, now_ms + delay_ms)
+            return
+        self._plan(now_ms + delay_ms)
+
+    def hold(self) -> None:
+        """Leave the calling task's :meth:`reschedule` calls to the pass it runs next.
+
+        The caller runs a pass (and :meth:`ran`) before it next waits. ``send_and_wait``
+        holds the timer around its append: the new batch's linger deadline would otherwise
+        re-arm the timer (a loop turn) just before the pass that sends the batch re-plans
+        the sleep anyway. Only the holding task's requests wait, and only until :meth:`ran`
+        or :meth:`release`; another task that holds meanwhile takes the hold over (the
+        first one's requests are then planned at once, as without a hold).
+        """
+        loop = self._loop
+        if loop is not None and self._waiter is not None:
+            self._holder = asyncio.current_task(loop)
+            self._held_ms = _NOT_ARMED
+
+    def release(self) -> None:
+        """End a hold that no pass ended, planning what was asked meanwhile.
+
+        (The append failed, or the record was done before a pass was needed.)
+        """
+        self._holder = None
+        held_ms = self._held_ms
+        if held_ms != _NOT_ARMED:
+            self._held_ms = _NOT_ARMED
+            waiter = self._waiter
+            if waiter is not None and not waiter.done() and held_ms < self._next_pass_ms:
+                self._plan(held_ms)
 
     def ran(self, now_ms: int, delay_ms: int) -> None:
         """A pass ran outside the loop (``send_and_wait``): the next is due after ``delay_ms``.
@@ -85,8 +131,11 @@ class PassTimer:
         is planned from its delay, later as well as earlier. Otherwise a batch's linger
         deadline (0 ms with ``linger_ms=0``), planned just before that pass sent the batch,
         would wake the loop for a pass with nothing to do: one per ``send_and_wait``. A loop
-        that is awake, or already woken, runs its pass anyway and plans its own sleep.
+        that is awake, or already woken, runs its pass anyway and plans its own sleep. It
+        ends a :meth:`hold`: that pass decided what the holder asked for too.
         """
+        self._holder = None
+        self._held_ms = _NOT_ARMED
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             self._plan(now_ms + min(delay_ms, MAX_SLEEP_MS))
@@ -96,7 +145,7 @@ class PassTimer:
         if next_pass_ms < self._armed_ms and not self._arm_scheduled:
             # Re-armed at the next loop turn: a pass may yet be planned later before then.
             self._arm_scheduled = True
-            asyncio.get_running_loop().call_soon(self._arm)
+            cast(asyncio.AbstractEventLoop, self._loop).call_soon(self._arm)  # set: waiting
 
     def _arm(self) -> None:
         self._arm_scheduled = False
@@ -108,7 +157,7 @@ class PassTimer:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_ms = self._next_pass_ms
-        self._timer = asyncio.get_running_loop().call_later(
+        self._timer = cast(asyncio.AbstractEventLoop, self._loop).call_later(
             max(delay_ms, 0) / 1000, self._on_timer, waiter
         )
 
@@ -132,7 +181,8 @@ class PassTimer:
             await asyncio.sleep(0)
             return
         delay_ms = min(delay_ms, MAX_SLEEP_MS)
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        loop = self._loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
         self._next_pass_ms = now_ms + delay_ms
         self._set_timer(waiter, delay_ms)
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import _thread
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from aiokprod.errors import InvalidArgumentError, KafkaError
@@ -37,11 +37,12 @@ from aiokprod.internals.serialization import (
     serialize_special,
     serialize_value,
 )
-from aiokprod.types import ProducerRecord, TopicPartition
+from aiokprod.types import ProducerRecord, RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from aiokprod.internals.metadata import TopicInfo
     from aiokprod.internals.runtime import ProducerRuntime
+    from aiokprod.internals.sender import Sender
 
 # Module-level Final names are C statics in the compiled build; an imported function is a
 # dict lookup in the module's globals per call.
@@ -87,6 +88,8 @@ class SendPath:
         runtime: the producer's machinery.
         not_running: the error for a send while the producer is not running.
         wrong_loop: the error for a send from another thread than the producer's loop's.
+        pass_crashed: crashes the producer for a bug in a sender pass that
+            ``send_and_wait`` ran, and returns the error to raise.
     """
 
     def __init__(
@@ -94,11 +97,13 @@ class SendPath:
         runtime: ProducerRuntime,
         not_running: Callable[[], KafkaError],
         wrong_loop: Callable[[], KafkaError],
+        pass_crashed: Callable[[Exception], KafkaError],
     ) -> None:
         cfg = runtime.config
         self._rt = runtime
         self._not_running = not_running
         self._wrong_loop = wrong_loop
+        self._pass_crashed = pass_crashed
         #: The per-record gate: True while the producer is RUNNING (set by the lifecycle).
         self.open = False
         #: The thread of the loop that started the producer; sends from others are refused.
@@ -264,6 +269,67 @@ class SendPath:
         if batch.handles is not None:
             batch.handles.append(handle)
         return handle
+
+    async def send_and_wait(
+        self,
+        topic: object,
+        value: object = None,
+        key: object = None,
+        partition: object = None,
+        timestamp_ms: object = None,
+        headers: object = None,
+    ) -> RecordMetadata:
+        """:meth:`aiokprod.Producer.send_and_wait` (its docstring is the contract)."""
+        sender = self._rt.sender
+        if sender is None:
+            return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
+        # The pass below plans the sender task's next pass: the new batch's linger deadline
+        # need not move its timer first (a loop turn per call; PassTimer.hold).
+        timer = sender.pass_timer
+        timer.hold()
+        try:
+            delivery = await self.send(topic, value, key, partition, timestamp_ms, headers)
+            self._pass_now(sender, delivery)
+        finally:
+            timer.release()  # nothing to do after ran()
+        return await delivery
+
+    async def send_and_wait_via(
+        self, send: Callable[[], Awaitable[DeliveryFuture]]
+    ) -> RecordMetadata:
+        """:meth:`send_and_wait` through another ``send()``: a subclass's override.
+
+        ``send`` calls it with the record's arguments.
+        """
+        sender = self._rt.sender
+        if sender is None:
+            return await (await send())
+        timer = sender.pass_timer
+        timer.hold()
+        try:
+            delivery = await send()
+            self._pass_now(sender, delivery)
+        finally:
+            timer.release()
+        return await delivery
+
+    def _pass_now(self, sender: Sender, delivery: DeliveryFuture) -> None:
+        """Send ``delivery``'s batch now: a sender pass in the caller's task.
+
+        Instead of waking the sender task and waiting for it to be scheduled, the request
+        is written one event-loop turn sooner. ``run_once`` is synchronous, so it cannot
+        interleave with the sender task's pass.
+        """
+        if delivery.done():
+            return
+        self._acc.expedite(delivery.tp)
+        now_ms = self._clock.monotonic_ms()
+        try:
+            delay_ms = sender.run_once(now_ms)
+        except Exception as exc:
+            # A bug in a pass is a crash of the producer, whichever task ran it.
+            raise self._pass_crashed(exc) from exc
+        sender.pass_timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
 
     def _new_route(self, topic: str, info: TopicInfo) -> _Route:
         return _Route(info, self._appender.partitions_of(topic, len(info.partitions)))

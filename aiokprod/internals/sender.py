@@ -38,11 +38,8 @@ from aiokprod.logs import get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
 from aiokprod.protocol.api import PRODUCE
 from aiokprod.protocol.compression import offload_threshold_bytes
-from aiokprod.protocol.messages.produce import (
-    ProducePartitionData,
-    ProduceRequest,
-    ProduceTopicData,
-)
+from aiokprod.protocol.messages.produce import ProducePartitionData
+from aiokprod.protocol.produce_fast import partition_data, produce_request
 from aiokprod.types import TopicPartition
 
 log = get_logger("aiokprod.sender")
@@ -224,7 +221,7 @@ class Sender:
             closed = batch.close()
             size += closed.size_in_bytes
             topics.setdefault(batch.tp.topic, []).append(
-                ProducePartitionData(index=batch.tp.partition, records=closed.data)
+                partition_data(batch.tp.partition, closed.data)
             )
             by_tp[batch.tp] = batch
             batch.in_flight = True
@@ -237,11 +234,11 @@ class Sender:
             if not txn.tv2 and conn is not None:
                 # Produce v12+ would tell the broker to add the partitions itself (KIP-890).
                 version = min(conn.protocol.version_for(PRODUCE), PRODUCE_MAX_VERSION_TV1)
-        request = ProduceRequest(
-            transactional_id=None if txn is None else txn.transactional_id,
-            acks=self._config.acks,
-            timeout_ms=self._config.request_timeout_ms,
-            topic_data=[ProduceTopicData(name=t, partition_data=p) for t, p in topics.items()],
+        request = produce_request(
+            None if txn is None else txn.transactional_id,
+            self._config.acks,
+            self._config.request_timeout_ms,
+            topics,
         )
         self._stats.on_request(node, batches, size, now_ms)
         acks_zero = self._config.acks == 0

@@ -14,12 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from aiokprod.internals.batch import ProducerBatch
 
 #: Java's metrics.sample.window.ms and metrics.num.samples defaults.
-WINDOW_MS = 30_000
-SAMPLES = 2
+WINDOW_MS: Final = 30_000
+SAMPLES: Final = 2
+#: ``Windowed._start_ms`` before the first observation (any time is a window past it).
+_NO_SAMPLE: Final = -(2**62)
 #: Upper bounds (ms) of the latency histograms' buckets; a last one takes everything above.
 LATENCY_BUCKETS_MS: tuple[float, ...] = (
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000,
@@ -27,33 +30,55 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
 
 
 class Windowed:
-    """A sampled statistic: count, sum and max per 30 s sample, the last two kept."""
+    """A sampled statistic: count, sum and max per 30 s sample, the last two kept.
 
-    __slots__ = ("_samples", "total")
+    The current sample's figures are plain attributes (unboxed numbers in the compiled
+    build): ``record`` runs about twenty times per Produce request and response.
+    """
+
+    __slots__ = ("_count", "_max", "_older", "_start_ms", "_sum", "total")
 
     def __init__(self) -> None:
-        #: [start_ms, count, total, max] per sample, oldest first.
-        self._samples: list[list[float]] = []
         #: The sum of every observation since start (the ``*-total`` metrics).
         self.total: float = 0.0
+        #: The current sample: its start (_NO_SAMPLE before the first observation), count,
+        #: sum and max.
+        self._start_ms = _NO_SAMPLE
+        self._count = 0
+        self._sum: float = 0.0
+        self._max: float = -math.inf
+        #: The samples before it, [start_ms, count, total, max] each, oldest first.
+        self._older: list[list[float]] = []
 
     def record(self, value: float, now_ms: int) -> None:
         """Add one observation of ``value`` at ``now_ms``."""
         self.total += value
-        samples = self._samples
-        if not samples or now_ms - samples[-1][0] >= WINDOW_MS:
-            samples.append([now_ms, 0, 0.0, -math.inf])
-            if len(samples) > SAMPLES:
-                del samples[0]
-        sample = samples[-1]
-        sample[1] += 1
-        sample[2] += value
-        if value > sample[3]:
-            sample[3] = value
+        if now_ms - self._start_ms >= WINDOW_MS:
+            self._next_sample(now_ms)
+        self._count += 1
+        self._sum += value
+        if value > self._max:
+            self._max = value
+
+    def _next_sample(self, now_ms: int) -> None:
+        if self._start_ms != _NO_SAMPLE:
+            older = self._older
+            older.append([self._start_ms, self._count, self._sum, self._max])
+            if len(older) > SAMPLES - 1:
+                del older[0]
+        self._start_ms = now_ms
+        self._count = 0
+        self._sum = 0.0
+        self._max = -math.inf
+
+    def _samples(self) -> list[list[float]]:
+        if self._start_ms == _NO_SAMPLE:
+            return []
+        return [*self._older, [self._start_ms, self._count, self._sum, self._max]]
 
     def _live(self, now_ms: int) -> list[list[float]]:
         horizon = now_ms - SAMPLES * WINDOW_MS
-        return [s for s in self._samples if s[0] > horizon]
+        return [s for s in self._samples() if s[0] > horizon]
 
     def rate(self, now_ms: int) -> float:
         """Sum per second over the window (Java's ``Rate``; 0 with no observation).
@@ -135,6 +160,31 @@ class _Group:
         return 0 if stat is None else stat.total
 
 
+class _NodeStats:
+    """A node's group and the statistics recorded per request (looked up once)."""
+
+    __slots__ = ("group", "outgoing_byte", "request", "request_latency", "response")
+
+    def __init__(self, group: _Group) -> None:
+        self.group = group
+        self.request = group.stat("request")
+        self.outgoing_byte = group.stat("outgoing-byte")
+        self.response = group.stat("response")
+        self.request_latency = group.stat("request-latency")
+
+
+class _TopicStats:
+    """A topic's group and the statistics recorded per batch (looked up once)."""
+
+    __slots__ = ("byte", "compression_rate", "group", "record_send")
+
+    def __init__(self, group: _Group) -> None:
+        self.group = group
+        self.byte = group.stat("byte")
+        self.compression_rate = group.stat("compression-rate")
+        self.record_send = group.stat("record-send")
+
+
 class ProducerStats:
     """Everything behind ``Producer.metrics()`` (recorded per batch and per request)."""
 
@@ -142,12 +192,29 @@ class ProducerStats:
         self._producer = _Group()
         self._topics: dict[str, _Group] = {}
         self._nodes: dict[int, _Group] = {}
+        self._topic_stats: dict[str, _TopicStats] = {}
+        self._node_stats: dict[int, _NodeStats] = {}
         self.request_latency = Histogram()
         self.record_queue_time = Histogram()
         self.send_to_ack = Histogram()
         self.batches_compressed_in_thread = 0
         #: Called with (histogram name, ms) for each latency recorded (exporters hook here).
         self.latency_listeners: list[Callable[[str, float], None]] = []
+        # What is recorded per request, response and batch, looked up once. (A statistic
+        # that exists but was never recorded reads like a missing one: rate 0, avg NaN.)
+        p = self._producer.stat
+        self._request = p("request")
+        self._outgoing_byte = p("outgoing-byte")
+        self._batch = p("batch")
+        self._batch_size = p("batch-size")
+        self._record_size = p("record-size")
+        self._compression_rate = p("compression-rate")
+        self._record_queue_time = p("record-queue-time")
+        self._records_per_request = p("records-per-request")
+        self._response = p("response")
+        self._request_latency = p("request-latency")
+        self._throttle_time = p("produce-throttle-time")
+        self._record_send = p("record-send")
 
     def _latency(self, histogram: Histogram, name: str, value_ms: float) -> None:
         histogram.record(value_ms)
@@ -155,28 +222,31 @@ class ProducerStats:
             listener(name, value_ms)
 
     def _topic(self, topic: str) -> _Group:
-        group = self._topics.get(topic)
-        if group is None:
-            group = self._topics[topic] = _Group()
-        return group
+        return self._topic_group(topic).group
 
-    def _node(self, node: int) -> _Group:
-        group = self._nodes.get(node)
-        if group is None:
+    def _topic_group(self, topic: str) -> _TopicStats:
+        stats = self._topic_stats.get(topic)
+        if stats is None:
+            group = self._topics[topic] = _Group()
+            stats = self._topic_stats[topic] = _TopicStats(group)
+        return stats
+
+    def _node(self, node: int) -> _NodeStats:
+        stats = self._node_stats.get(node)
+        if stats is None:
             group = self._nodes[node] = _Group()
-        return group
+            stats = self._node_stats[node] = _NodeStats(group)
+        return stats
 
     # --- recording --------------------------------------------------------------------------
 
     def on_request(self, node: int, batches: list[ProducerBatch], size: int, now_ms: int) -> None:
         """A Produce request with ``batches`` (``size`` bytes) was written to ``node``."""
-        # Runs per request: the statistics are looked up once per call, not per record().
-        p = self._producer.stat
-        p("request").record(1, now_ms)
-        p("outgoing-byte").record(size, now_ms)
-        p("batch").record(len(batches), now_ms)
-        batch_size, record_size = p("batch-size"), p("record-size")
-        compression_rate, queue_time = p("compression-rate"), p("record-queue-time")
+        self._request.record(1, now_ms)
+        self._outgoing_byte.record(size, now_ms)
+        self._batch.record(len(batches), now_ms)
+        batch_size, record_size = self._batch_size, self._record_size
+        compression_rate, queue_time = self._compression_rate, self._record_queue_time
         records = 0
         for batch in batches:
             closed = batch.closed
@@ -188,34 +258,33 @@ class ProducerStats:
             record_size.record(closed.uncompressed_size / max(count, 1), now_ms)
             ratio = closed.size_in_bytes / max(closed.uncompressed_size, 1)
             compression_rate.record(ratio, now_ms)
-            topic = self._topic(batch.tp.topic)
-            topic.record("byte", closed.size_in_bytes, now_ms)
-            topic.record("compression-rate", ratio, now_ms)
+            topic = self._topic_group(batch.tp.topic)
+            topic.byte.record(closed.size_in_bytes, now_ms)
+            topic.compression_rate.record(ratio, now_ms)
             if batch.attempts == 0:
                 queued = now_ms - batch.created_ms
                 queue_time.record(queued, now_ms)
                 self._latency(self.record_queue_time, "record-queue-time-ms", queued)
-        p("records-per-request").record(records, now_ms)
-        n = self._node(node).stat
-        n("request").record(1, now_ms)
-        n("outgoing-byte").record(size, now_ms)
+        self._records_per_request.record(records, now_ms)
+        n = self._node(node)
+        n.request.record(1, now_ms)
+        n.outgoing_byte.record(size, now_ms)
 
     def on_response(self, node: int, latency_ms: int, throttle_ms: int, now_ms: int) -> None:
         """``node`` answered a Produce request after ``latency_ms``."""
-        p = self._producer
-        p.record("response", 1, now_ms)
-        p.record("request-latency", latency_ms, now_ms)
-        p.record("produce-throttle-time", throttle_ms, now_ms)
+        self._response.record(1, now_ms)
+        self._request_latency.record(latency_ms, now_ms)
+        self._throttle_time.record(throttle_ms, now_ms)
         self._latency(self.request_latency, "request-latency-ms", latency_ms)
         n = self._node(node)
-        n.record("response", 1, now_ms)
-        n.record("request-latency", latency_ms, now_ms)
+        n.response.record(1, now_ms)
+        n.request_latency.record(latency_ms, now_ms)
 
     def on_success(self, batch: ProducerBatch, now_ms: int) -> None:
         """A batch was acknowledged."""
         count = batch.record_count
-        self._producer.record("record-send", count, now_ms)
-        self._topic(batch.tp.topic).record("record-send", count, now_ms)
+        self._record_send.record(count, now_ms)
+        self._topic_group(batch.tp.topic).record_send.record(count, now_ms)
         self._latency(self.send_to_ack, "send-to-ack-ms", now_ms - batch.created_ms)
 
     def on_failure(self, batch: ProducerBatch, now_ms: int) -> None:

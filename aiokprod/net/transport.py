@@ -116,7 +116,12 @@ class _AsyncioStream(asyncio.BufferedProtocol):
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._received(bytes(self._receive_buffer[:nbytes]))
+        data = bytes(self._receive_buffer[:nbytes])
+        on_data = self._on_data
+        if on_data is not None:
+            on_data(data)  # the usual case, once receiving: _received() inlined
+            return
+        self._received(data)
 
     def _received(self, data: bytes) -> None:
         on_data = self._on_data

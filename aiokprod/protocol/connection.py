@@ -15,8 +15,10 @@ client does. A Produce with acks=0 gets no response and is not queued.
 from __future__ import annotations
 
 import re
+import struct
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from aiokprod.errors import ProtocolError, UnsupportedVersionError, error_for_code
 from aiokprod.protocol.api import (
@@ -35,11 +37,20 @@ MAX_CORRELATION_ID = 2**31 - 1 - 8
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024 + 1024
 UNSUPPORTED_VERSION_CODE = 35
 
+#: The size prefix (filled in last), then the request header's api key, version and
+#: correlation id.
+_REQUEST_HEAD: Final = struct.Struct(">ihhi")
+
+#: See _response_name.
+_RESPONSE_NAMES: Final[dict[int, str]] = {}
+
 # What ApiVersions v3+ allows in the client software name and version.
 _SOFTWARE_TEXT = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-@dataclass(frozen=True, slots=True)
+# Both are made once per request: with an ``__init__`` of their own, the compiled build
+# makes them native objects (a dataclass's generated ``__init__`` runs interpreted).
+@dataclass(slots=True, init=False)
 class PendingRequest:
     """A request written to the connection and not yet answered."""
 
@@ -47,8 +58,13 @@ class PendingRequest:
     api: ApiSpec
     version: int
 
+    def __init__(self, correlation_id: int, api: ApiSpec, version: int) -> None:
+        self.correlation_id = correlation_id
+        self.api = api
+        self.version = version
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)
 class Response:
     """A decoded response and the request it answers."""
 
@@ -56,6 +72,12 @@ class Response:
     api: ApiSpec
     version: int
     body: Struct
+
+    def __init__(self, correlation_id: int, api: ApiSpec, version: int, body: Struct) -> None:
+        self.correlation_id = correlation_id
+        self.api = api
+        self.version = version
+        self.body = body
 
 
 def encode_request_frame(
@@ -67,17 +89,31 @@ def encode_request_frame(
         UnsupportedVersionError: ``version`` is outside what this client declares for ``api``.
         ValueError: a field of ``body`` does not fit its wire type.
     """
+    return _encode_frame(api, version, correlation_id, client_id_field(client_id), body)
+
+
+def client_id_field(client_id: str | None) -> bytes:
+    """The request header's client id, encoded.
+
+    It stays a classic int16-length string even in header v2.
+    """
+    out = bytearray()
+    write_string(out, client_id, compact=False, nullable=True)
+    return bytes(out)
+
+
+def _encode_frame(
+    api: ApiSpec, version: int, correlation_id: int, client_id: bytes, body: Struct
+) -> bytearray:
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersionError(
             f"{api.name} v{version} is outside v{api.min_version}-v{api.max_version}"
         )
-    flexible = api.is_flexible(version)
-    out = bytearray(4)
-    out += api.key.to_bytes(2, "big", signed=True)
-    out += version.to_bytes(2, "big", signed=True)
-    out += INT32.pack(correlation_id)
-    # client_id stays a classic int16-length string even in header v2.
-    write_string(out, client_id, compact=False, nullable=True)
+    # ApiSpec.is_flexible, inlined (ApiSpec is interpreted; this runs per request).
+    flexible_from = api.flexible_from
+    flexible = flexible_from is not None and version >= flexible_from
+    out = bytearray(_REQUEST_HEAD.pack(0, api.key, version, correlation_id))  # size set below
+    out += client_id
     if flexible:
         out.append(0)  # empty tagged-field buffer
     if api.encode_body is not None:
@@ -96,9 +132,12 @@ def decode_response_body(
     Raises:
         ProtocolError: the bytes are not a valid response of that API and version.
     """
-    reader = Reader(frame, f"{api.name} response v{version}")
+    reader = Reader(frame, _response_name(api, version))
     reader.skip(4)  # correlation id, checked by the caller
-    if api.response_header_version(version) >= 1:
+    # ApiSpec.response_header_version, inlined (it runs per response): header v1, with
+    # tagged fields, for flexible versions; ApiVersions always answers with header v0.
+    flexible_from = api.flexible_from
+    if flexible_from is not None and version >= flexible_from and api is not API_VERSIONS:
         _skip_tagged_fields(reader)
     if api.decode_body is not None:
         start = reader.position
@@ -106,11 +145,20 @@ def decode_response_body(
         if fast is not None:
             reader.expect_end()
             return fast
-        reader = Reader(frame, f"{api.name} response v{version}")
+        reader = Reader(frame, _response_name(api, version))
         reader.skip(start)
     body = decode_struct(api.response, reader, version, api.is_flexible(version))
     reader.expect_end()
     return body
+
+
+def _response_name(api: ApiSpec, version: int) -> str:
+    """``"Produce response v12"``: what a ProtocolError names (made once per version)."""
+    key = api.key << 16 | version
+    name = _RESPONSE_NAMES.get(key)
+    if name is None:
+        name = _RESPONSE_NAMES[key] = f"{api.name} response v{version}"
+    return name
 
 
 def _skip_tagged_fields(reader: Reader) -> None:
@@ -156,6 +204,7 @@ class ClientConnection:
         self, client_id: str | None = None, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     ) -> None:
         self.client_id = client_id
+        self._client_id = client_id_field(client_id)  # the same in every request header
         self.max_frame_bytes = max_frame_bytes
         self.broken = False
         #: Why the connection broke (set with ``broken``).
@@ -246,7 +295,7 @@ class ClientConnection:
         self._next_correlation_id = (
             0 if correlation_id >= MAX_CORRELATION_ID else correlation_id + 1
         )
-        frame = encode_request_frame(api, version, correlation_id, self.client_id, request)
+        frame = _encode_frame(api, version, correlation_id, self._client_id, request)
         if expect_response:
             self._pending.append(PendingRequest(correlation_id, api, version))
         return correlation_id, frame
@@ -280,14 +329,22 @@ class ClientConnection:
         if self.broken:
             raise ProtocolError("connection is broken by an earlier protocol error")
         buffer = self._buffer
-        buffer += data
+        # Frames are cut from ``data`` itself when nothing is left over from earlier reads
+        # and it is immutable (the usual arrival: whole responses); otherwise from the
+        # buffer, which keeps what is left of a frame for the next call.
+        source: bytes | bytearray
+        if buffer or type(data) is not bytes:
+            buffer += data
+            source = buffer
+        else:
+            source = data
         responses: list[Response] = []
         start = 0
-        end = len(buffer)
+        end = len(source)
         error: ProtocolError | None = None
         try:
             while end - start >= 4:
-                size = int(INT32.unpack_from(buffer, start)[0])
+                size = int(INT32.unpack_from(source, start)[0])
                 if size < 4 or size > self.max_frame_bytes:
                     raise ProtocolError(
                         f"response frame size {size} outside 4..{self.max_frame_bytes}"
@@ -296,7 +353,7 @@ class ClientConnection:
                     break
                 # A copy: nothing decoded (or an exception's traceback) may keep a view of
                 # the receive buffer alive, or resizing the buffer would fail.
-                frame = buffer[start + 4 : start + 4 + size]
+                frame = source[start + 4 : start + 4 + size]
                 start += 4 + size
                 responses.append(self._handle_frame(frame))
         except ProtocolError as exc:
@@ -304,8 +361,11 @@ class ClientConnection:
         except Exception as exc:  # noqa: BLE001 - any decoding failure means broken bytes
             error = ProtocolError(f"undecodable response: {exc!r}")
             error.__cause__ = exc
-        if start:
-            del buffer[:start]
+        if source is buffer:
+            if start:
+                del buffer[:start]
+        elif start < end:
+            buffer += source[start:]  # the start of a frame: kept for the next call
         if error is not None:
             self.broken = True
             self.error = error
@@ -315,7 +375,7 @@ class ClientConnection:
             # ``broken`` (and ``error``) and closes the connection after handling them.
         return responses
 
-    def _handle_frame(self, frame: bytearray) -> Response:
+    def _handle_frame(self, frame: bytes | bytearray) -> Response:
         correlation_id = int(INT32.unpack_from(frame, 0)[0])
         if not self._pending:
             raise ProtocolError(f"response with correlation id {correlation_id} to no request")

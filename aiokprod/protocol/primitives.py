@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Final
+from typing import Any, Final
 
 from aiokprod.errors import ProtocolError
 
@@ -55,12 +55,16 @@ def unzigzag(n: int) -> int:
     return (n >> 1) ^ -(n & 1)
 
 
+#: ``bytes((n,))`` for every n below 128: the one-byte varints (lengths, counts), made once.
+_ONE_BYTE: Final = tuple(bytes((n,)) for n in range(0x80))
+
+
 def encode_unsigned_varint(n: int) -> bytes:
     """LEB128: seven bits a byte, low group first, high bit set while more bytes follow."""
     if n < 0:
         raise ValueError(f"unsigned varint cannot hold a negative number: {n}")
     if n < 0x80:
-        return bytes((n,))
+        return _ONE_BYTE[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -282,6 +286,13 @@ class Reader:
     def skip(self, n: int) -> None:
         """Skip ``n`` bytes."""
         self._need(n)
+
+    def read_struct(self, layout: struct.Struct) -> tuple[Any, ...]:
+        """Several fixed-size fields at once, as ``layout`` unpacks them.
+
+        One call for a run of fields that a hot decoder reads every time.
+        """
+        return layout.unpack_from(self._view, self._need(layout.size))
 
     def _length(self, compact: bool, nullable: bool, kind: str) -> int | None:
         if compact:

@@ -95,10 +95,11 @@ class PassThrough:
         pass
 
 
+@pytest.mark.parametrize("method", ["send", "send_and_wait"])
 @pytest.mark.parametrize("interceptors", [False, True], ids=["plain", "intercepted"])
 @pytest.mark.parametrize(("name", "bad", "error"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_a_bad_argument_is_a_typed_error_and_queues_nothing(
-    name: str, bad: dict[str, Any], error: type[KafkaError], interceptors: bool
+    name: str, bad: dict[str, Any], error: type[KafkaError], interceptors: bool, method: str
 ) -> None:
     caught: list[BaseException] = []
 
@@ -106,7 +107,7 @@ def test_a_bad_argument_is_a_typed_error_and_queues_nothing(
         await (await producer.send("t", b"before"))
         args: dict[str, Any] = {"topic": "t", "value": b"refused", **bad}
         try:
-            await producer.send(**args)
+            await getattr(producer, method)(**args)
         except BaseException as exc:  # noqa: BLE001 - the test inspects whatever is raised
             caught.append(exc)
         await (await producer.send("t", b"after"))
@@ -191,6 +192,23 @@ def test_send_returns_a_coroutine_and_keywords_and_defaults_work() -> None:
     assert logged_values(world) == [None, b"a", b"b"]
 
 
+def test_send_and_wait_returns_a_coroutine_and_keywords_and_defaults_work() -> None:
+    results: list[RecordMetadata] = []
+
+    async def body(producer: Producer) -> None:
+        coro = producer.send_and_wait("t", b"a")
+        assert asyncio.iscoroutine(coro)
+        results.append(await coro)
+        results.append(await producer.send_and_wait(topic="t", value=b"b", key=b"k", partition=2))
+        results.append(await producer.send_and_wait("t"))  # a tombstone: value None
+
+    world = run(body)
+    assert results[1].partition == 2
+    assert [r.serialized_value_size for r in results] == [1, 1, -1]
+    assert all(r.offset >= 0 for r in results)
+    assert logged_values(world) == [None, b"a", b"b"]
+
+
 def test_a_subclass_overriding_send_is_called() -> None:
     seen: list[object] = []
 
@@ -201,7 +219,9 @@ def test_a_subclass_overriding_send_is_called() -> None:
 
     async def body(producer: Producer) -> None:
         await (await producer.send("t", b"x"))
+        metadata = await producer.send_and_wait("t", b"y")  # through the override too
+        assert metadata.offset >= 0
 
     world = run(body, producer_type=Tagging)
-    assert seen == [b"x"]
-    assert logged_values(world) == [b"tagged-x"]
+    assert seen == [b"x", b"y"]
+    assert logged_values(world) == [b"tagged-x", b"tagged-y"]

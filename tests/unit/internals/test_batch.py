@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import pytest
 
 from aiokprod.errors import DeliveryTimeoutError, InvalidRecordError, NotLeaderOrFollowerError
-from aiokprod.internals.batch import BatchResult, DeliveryFuture, FinalState, ProducerBatch
+from aiokprod.internals.batch import (
+    BatchResult,
+    DeliveryFuture,
+    FinalState,
+    ProducerBatch,
+    record_metadata,
+)
 from aiokprod.protocol.record_reader import read_record_batch
 from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
@@ -348,3 +355,21 @@ def test_fail_passes_record_errors_to_handles() -> None:
     batch.fail(InvalidRecordError("batch"), {0: own})
     assert h0.exception() is own
     assert h1.exception() is batch.result.error
+
+
+def test_record_metadata_makes_what_the_constructor_makes() -> None:
+    # Every field of the dataclass is set (a field added later and not set here would fail
+    # this comparison), and the result is the same frozen, hashable object.
+    made = record_metadata("t", 3, 42, 1_700_000_000_000, -1, 100)
+    assert made == RecordMetadata("t", 3, 42, 1_700_000_000_000, -1, 100)
+    assert [getattr(made, f.name) for f in dataclasses.fields(RecordMetadata)] == [
+        "t",
+        3,
+        42,
+        1_700_000_000_000,
+        -1,
+        100,
+    ]
+    assert hash(made) == hash(RecordMetadata("t", 3, 42, 1_700_000_000_000, -1, 100))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.offset = 1  # type: ignore[misc]

@@ -117,3 +117,61 @@ def test_send_and_wait_after_send_and_wait_moves_the_loops_timer_rarely() -> Non
     # The first sleep's timer, then one re-arm per early firing (every 50 ms at most): not
     # the two per send_and_wait that cancelling and re-scheduling cost.
     assert timers <= 4, timers
+
+
+def test_a_hold_leaves_the_holders_deadline_to_its_pass_without_a_loop_turn() -> None:
+    loop = VirtualLoop()
+    clock = LoopClock(loop)
+    timer = PassTimer(clock)
+    callbacks = 0
+    call_soon = loop.call_soon
+
+    def counted(callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        nonlocal callbacks
+        callbacks += 1
+        return call_soon(callback, *args, context=context)
+
+    async def main() -> int:
+        nonlocal callbacks
+        start = clock.monotonic_ms()
+        sleeper = asyncio.ensure_future(timer.sleep(start, 1000))
+        await asyncio.sleep(0.01)
+        loop.call_soon = counted  # type: ignore[method-assign,assignment]
+        now = clock.monotonic_ms()
+        timer.hold()  # what send_and_wait does around its append and its pass
+        timer.reschedule(now, 0)  # linger_ms=0: the new batch is due now
+        timer.ran(now, 2000)  # ... and the pass sent it (the next is due later)
+        timer.release()
+        scheduled = callbacks  # before the loop runs anything
+        loop.call_soon = call_soon  # type: ignore[method-assign]
+        await sleeper
+        assert clock.monotonic_ms() - start == 2010
+        return scheduled
+
+    try:
+        # Without the hold the deadline schedules a callback to re-arm the timer: a loop turn.
+        assert loop.run_until_complete(main()) == 0
+    finally:
+        loop.close()
+
+
+def test_a_hold_that_no_pass_ends_plans_what_was_asked_on_release() -> None:
+    def held(timer: PassTimer, now: int) -> None:
+        timer.hold()
+        timer.reschedule(now, 5)
+        timer.release()  # the append failed, or the record was done: no pass ran
+
+    assert sleep_ends_at(1000, at(10, held)) == 15
+
+
+def test_a_hold_does_not_delay_another_tasks_deadline() -> None:
+    async def meanwhile(timer: PassTimer, clock: LoopClock) -> None:
+        await asyncio.sleep(0.01)
+        timer.hold()  # this task holds the timer (and never releases it here)
+
+        async def other() -> None:
+            timer.reschedule(clock.monotonic_ms(), 5)
+
+        await asyncio.ensure_future(other())
+
+    assert sleep_ends_at(1000, meanwhile) == 15
