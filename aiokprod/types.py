@@ -36,24 +36,6 @@ class ConsumerGroupMetadata:
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    """A committed offset and its metadata string (TEMP: replaced by the eoscore branch)."""
-
-    offset: int
-    metadata: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedTransaction:
-    """A prepared transaction (TEMP: replaced by the eoscore branch)."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    protocol: int
-
-
-@dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where a record landed, as the broker acknowledged it.
 
