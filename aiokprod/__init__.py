@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from aiokprod.producer import Producer
     from aiokprod.types import (
         ConsumerGroupMetadata,
+        OffsetAndMetadata,
+        PreparedTransaction,
         ProducerInterceptor,
         ProducerRecord,
         RecordMetadata,
@@ -68,6 +70,8 @@ _LAZY = {
     "KafkaError": "aiokprod.errors",
     "KafkaTimeoutError": "aiokprod.errors",
     "MetadataTimeoutError": "aiokprod.errors",
+    "OffsetAndMetadata": "aiokprod.types",
+    "PreparedTransaction": "aiokprod.types",
     "Producer": "aiokprod.producer",
     "ProducerClosedError": "aiokprod.errors",
     "ProducerConfig": "aiokprod.config",
@@ -100,6 +104,8 @@ __all__ = [
     "KafkaError",
     "KafkaTimeoutError",
     "MetadataTimeoutError",
+    "OffsetAndMetadata",
+    "PreparedTransaction",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",

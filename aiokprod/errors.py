@@ -445,7 +445,9 @@ UnknownProducerIdError: type[BrokerError] = _BY_CODE[59]
 FencedLeaderEpochError: type[BrokerError] = _BY_CODE[74]
 UnsupportedCompressionTypeError: type[BrokerError] = _BY_CODE[76]
 InvalidRecordError: type[BrokerError] = _BY_CODE[87]
+UnstableOffsetCommitError: type[BrokerError] = _BY_CODE[88]
 ProducerFencedError: type[BrokerError] = _BY_CODE[90]
+TransactionalIdNotFoundError: type[BrokerError] = _BY_CODE[105]
 TransactionAbortableError: type[BrokerError] = _BY_CODE[120]
 
 

@@ -1,8 +1,8 @@
 """The transactional half of :class:`~aiokprod.producer.Producer` (docs/transactions.md).
 
 A mixin, so the producer module stays readable: ``begin_transaction``,
-``commit_transaction``, ``abort_transaction``, ``transaction()`` and
-``send_offsets_to_transaction``. The state machine is
+``commit_transaction``, ``abort_transaction``, ``transaction()``,
+``send_offsets_to_transaction`` and ``prepare_transaction``. The state machine is
 :class:`~aiokprod.internals.transactions.TransactionManager`; the coordinator round trips are
 :class:`~aiokprod.internals.txn_requests.TransactionCoordinator`.
 """
@@ -21,12 +21,18 @@ from aiokprod.errors import (
     TransactionAbortedError,
 )
 from aiokprod.internals.accumulator import RecordAccumulator
+from aiokprod.internals.group_offsets import check_offsets
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.runtime import ProducerRuntime
 from aiokprod.internals.transactions import TransactionManager, TxnState
 from aiokprod.internals.txn_requests import TransactionCoordinator
 from aiokprod.logs import get_logger
-from aiokprod.types import ConsumerGroupMetadata, TopicPartition
+from aiokprod.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    TopicPartition,
+)
 
 log = get_logger("aiokprod.producer")
 
@@ -68,7 +74,7 @@ class TransactionalMixin:
         txn.begin()
 
     async def commit_transaction(self) -> None:
-        """Send every record of the transaction, then commit it.
+        """Send every record of the transaction, then commit it (a prepared one too).
 
         Raises:
             AbortableTransactionError: a record or request failed; call
@@ -82,6 +88,7 @@ class TransactionalMixin:
         txn.begin_commit()
         try:
             await self._wait_transaction_records(flush=True)
+            await coordinator.wait_offsets()
             txn.check_committing()
             if txn.transaction_started:
                 await coordinator.end_txn(commit=True)
@@ -91,11 +98,80 @@ class TransactionalMixin:
         txn.end_done()
         log.debug("transaction committed", transactional_id=txn.transactional_id)
 
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Send every record of the transaction and leave it open for another client to end.
+
+        The first phase of a two-phase commit, modelled on the Java client's
+        ``prepareTransaction`` (KIP-939): it sends every queued record (no linger), waits
+        until all are acknowledged and any ``send_offsets_to_transaction`` is done (what
+        :meth:`commit_transaction` does before its EndTxn), and returns the ids with which
+        any client can end the transaction:
+        :meth:`aiokprod.admin.Admin.complete_transaction` (EndTxn with this producer id and
+        epoch; Kafka's coordinator asks for nothing else).
+
+        The transaction is then *prepared*: ``send()``, ``send_many()``,
+        ``send_offsets_to_transaction()`` and ``begin_transaction()`` raise
+        :class:`IllegalStateError`; :meth:`commit_transaction` and :meth:`abort_transaction`
+        still end it from here; :meth:`close` leaves it open (it does not abort it, as it
+        does an unprepared transaction). Inside ``async with producer.transaction():`` the
+        exit leaves a prepared transaction alone too.
+
+        KIP-939's broker side (``transaction.two.phase.commit.enable``, transactions that
+        never time out) is not usable in any Kafka release up to 4.4, so this is not 2PC
+        proper: the coordinator still aborts the transaction ``transaction_timeout_ms``
+        after it began, and a newer producer with the same ``transactional_id`` (or
+        ``Admin.fence_producers``) aborts it at once. The caller must complete it well
+        within ``transaction_timeout_ms`` (at most the broker's
+        ``transaction.max.timeout.ms``, 15 minutes by default), and must not start another
+        producer with the same id before it is complete. Until then, read_committed readers
+        of its partitions stop at its first record (the last stable offset).
+
+        Returns:
+            A picklable :class:`~aiokprod.types.PreparedTransaction`: transactional id,
+            producer id, epoch and transaction protocol.
+
+        Raises:
+            IllegalStateError: no transaction is open, it is prepared already, or it is
+                empty (nothing sent and no offsets: the coordinator has nothing to complete;
+                the transaction stays open).
+            AbortableTransactionError: a record or request of the transaction failed (the
+                cause is the ``__cause__``); call :meth:`abort_transaction`.
+            ProducerFencedError: fenced by a newer producer (fatal).
+        """
+        txn, coordinator = self._require_txn("prepare_transaction()")
+        idem = self._idempotence
+        if idem is None:  # pragma: no cover - a transactional producer is idempotent
+            raise IllegalStateError("prepare_transaction(): the producer is not idempotent")
+        txn.begin_prepare()
+        try:
+            await self._wait_transaction_records(flush=True)
+            await coordinator.wait_offsets()
+            txn.check_preparing()
+        except KafkaError as exc:
+            txn.prepare_failed(exc)
+            raise
+        txn.prepare_done()
+        prepared = PreparedTransaction(
+            transactional_id=txn.transactional_id,
+            producer_id=idem.producer_id,
+            producer_epoch=idem.producer_epoch,
+            protocol=2 if txn.tv2 else 1,
+        )
+        log.debug(
+            "transaction prepared",
+            transactional_id=prepared.transactional_id,
+            producer_id=prepared.producer_id,
+            epoch=prepared.producer_epoch,
+            protocol=prepared.protocol,
+        )
+        return prepared
+
     async def abort_transaction(self) -> None:
         """Abort the open transaction: its records are never visible to read_committed readers.
 
         Records not yet sent fail with :class:`TransactionAbortedError`; records in flight
-        are awaited first.
+        are awaited first. A prepared transaction (:meth:`prepare_transaction`) may be
+        aborted too.
 
         Raises:
             IllegalStateError: no transaction is open.
@@ -129,7 +205,8 @@ class TransactionalMixin:
         """``async with producer.transaction():`` commits on exit, aborts on an exception.
 
         The exception is re-raised after the abort. A commit that fails with an abortable
-        error is aborted too, and its error raised.
+        error is aborted too, and its error raised. A transaction prepared inside the block
+        (:meth:`prepare_transaction`) is left to whoever completes it.
         """
         await self.begin_transaction()
         try:
@@ -137,6 +214,9 @@ class TransactionalMixin:
         except BaseException:
             await self._abort_after_error()
             raise
+        txn = self._txn
+        if txn is not None and txn.is_prepared:
+            return
         try:
             await self.commit_transaction()
         except KafkaError:
@@ -155,19 +235,22 @@ class TransactionalMixin:
 
     async def send_offsets_to_transaction(
         self,
-        offsets: Mapping[TopicPartition, int],
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
         group: str | ConsumerGroupMetadata,
     ) -> None:
         """Commit a consumer group's offsets as part of the transaction (consume-transform-produce).
 
         Args:
-            offsets: ``TopicPartition`` -> the next offset to consume (last processed + 1).
+            offsets: ``TopicPartition`` -> the next offset to consume (last processed + 1),
+                as an ``int`` or as an :class:`~aiokprod.types.OffsetAndMetadata` that
+                carries a metadata string too (stored with the offset, returned by
+                ``Admin.list_consumer_group_offsets`` and every consumer's ``committed()``).
             group: the consumer's group id, or its :class:`ConsumerGroupMetadata` (KIP-447:
                 lets the broker fence a consumer of an older generation).
 
         Raises:
             InvalidArgumentError: bad offsets or group.
-            IllegalStateError: no transaction is open.
+            IllegalStateError: no transaction is open, or it is prepared.
             AbortableTransactionError / ProducerFencedError: as :meth:`commit_transaction`.
         """
         txn, coordinator = self._require_txn("send_offsets_to_transaction()")
@@ -177,21 +260,7 @@ class TransactionalMixin:
             raise InvalidArgumentError(
                 f"group must be a group id or a ConsumerGroupMetadata, got {group!r}"
             )
-        checked: dict[TopicPartition, int] = {}
-        for tp, offset in dict(offsets).items():
-            if (
-                not isinstance(tp, tuple)
-                or len(tp) != 2
-                or not isinstance(tp[0], str)
-                or type(tp[1]) is not int
-                or type(offset) is not int
-                or offset < 0
-            ):
-                raise InvalidArgumentError(
-                    f"offsets must map TopicPartition(topic, partition) to an int >= 0, "
-                    f"got {tp!r}: {offset!r}"
-                )
-            checked[TopicPartition(tp[0], tp[1])] = offset
+        checked = check_offsets(offsets)
         txn.check_offsets()
         await coordinator.send_offsets(checked, group)
 
@@ -212,8 +281,21 @@ class TransactionalMixin:
                 acc.end_flush()
 
     async def _abort_open_transaction(self) -> None:
-        """``close()``: abort a transaction left open, as the Java client does."""
+        """``close()``: abort a transaction left open, as the Java client does.
+
+        A prepared transaction stays open: another client completes it.
+        """
         txn = self._txn
+        if txn is not None and txn.is_prepared:
+            idem = self._idempotence
+            log.info(
+                "closing with a prepared transaction: left open for another client to "
+                "complete (the coordinator aborts it after transaction_timeout_ms)",
+                transactional_id=txn.transactional_id,
+                producer_id=None if idem is None else idem.producer_id,
+                epoch=None if idem is None else idem.producer_epoch,
+            )
+            return
         if txn is None or txn.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
             return
         log.info("aborting the open transaction on close", transactional_id=txn.transactional_id)

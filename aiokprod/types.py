@@ -36,6 +36,84 @@ class ConsumerGroupMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A consumer group's committed position in a partition, with its metadata string.
+
+    ``send_offsets_to_transaction`` takes it where a plain ``int`` offset would do, to carry
+    metadata (the broker keeps up to ``offset.metadata.max.bytes``, 4096 by default);
+    :class:`aiokprod.admin.Admin` returns it from ``list_consumer_group_offsets``.
+
+    Attributes:
+        offset: the next offset to consume (last processed + 1).
+        metadata: free text stored with the offset ("" for none).
+    """
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """What another client needs to complete a prepared transaction (``prepare_transaction``).
+
+    Picklable, so that it can travel to another process (a Spark driver, say), which commits
+    or aborts the transaction with :meth:`aiokprod.admin.Admin.complete_transaction`.
+
+    Attributes:
+        transactional_id: the producer's transactional id.
+        producer_id: the producer id the transaction was written with.
+        producer_epoch: its epoch.
+        protocol: the transaction protocol it was written with: 1, or 2 (KIP-890). EndTxn
+            must follow it (v4 or lower for 1, v5 or higher for 2).
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    protocol: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transaction a broker coordinates, as ``Admin.list_transactions`` reports it.
+
+    Attributes:
+        transactional_id: the transactional id.
+        producer_id: its current producer id.
+        state: the coordinator's state name: ``"Ongoing"``, ``"PrepareCommit"``,
+            ``"PrepareAbort"``, ``"CompleteCommit"``, ``"CompleteAbort"``, ``"Empty"``,
+            ``"Dead"`` or ``"PrepareEpochFence"``.
+    """
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id's state at its coordinator (``Admin.describe_transactions``).
+
+    Attributes:
+        transactional_id: the transactional id.
+        state: the coordinator's state name (as :class:`TransactionListing`).
+        producer_id: the current producer id.
+        producer_epoch: the current epoch.
+        timeout_ms: the transaction timeout the producer registered.
+        start_time_ms: when the open transaction started (wall clock ms), -1 if none is open.
+        topic_partitions: the partitions in the open transaction.
+    """
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    topic_partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where a record landed, as the broker acknowledged it.
 

@@ -9,8 +9,15 @@ States::
 
     UNINITIALIZED -> INITIALIZING -> READY -> IN_TRANSACTION -> COMMITTING -> READY
                                                  |    \\-> ABORTABLE_ERROR -> ABORTING -> READY
-                                                 \\-> ABORTING -> READY
+                                                 |\\-> ABORTING -> READY
+                                                 \\-> PREPARING -> PREPARED -> COMMITTING | ABORTING
+                                                        \\-> ABORTABLE_ERROR
     any -> FATAL_ERROR (fenced, unauthorized, unsupported): every later call raises; close.
+
+PREPARED is a transaction whose records are all acknowledged and that is left open for
+another client to complete (``prepare_transaction``; after KIP-939's ``prepareTransaction``,
+without its broker support): nothing more may join it, and closing the producer leaves it
+open instead of aborting it.
 
 Partitions join a transaction before records are sent to them. With transaction protocol 2
 (KIP-890; ``transaction.version`` >= 2 finalized on the cluster) the Produce request itself
@@ -57,6 +64,12 @@ END_TXN_MAX_VERSION_TV1 = 4
 TXN_OFFSET_COMMIT_MAX_VERSION_TV1 = 4
 
 
+_PREPARED_HINT = (
+    "the transaction is prepared: nothing more may join it; it is completed by "
+    "commit_transaction(), abort_transaction() or another client (Admin.complete_transaction)"
+)
+
+
 class TxnState(enum.Enum):
     """Where a transactional producer is."""
 
@@ -68,6 +81,8 @@ class TxnState(enum.Enum):
     ABORTING = "aborting"
     ABORTABLE_ERROR = "abortable error"
     FATAL_ERROR = "fatal error"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
 
 
 def is_fatal(error: BaseException) -> bool:
@@ -157,7 +172,9 @@ class TransactionManager:
         if self.state is not TxnState.READY:
             raise self._illegal(
                 "begin_transaction()",
-                "a transaction is already open"
+                _PREPARED_HINT
+                if self.state is TxnState.PREPARED
+                else "a transaction is already open"
                 if self.state is TxnState.IN_TRANSACTION
                 else "it is not ready",
             )
@@ -173,28 +190,82 @@ class TransactionManager:
         self._raise_if_error()
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._illegal(
-                "send()", "records are sent only between begin_transaction() and its end"
+                "send()",
+                _PREPARED_HINT
+                if self.state is TxnState.PREPARED
+                else "records are sent only between begin_transaction() and its end",
             )
 
     def check_offsets(self) -> None:
         """``send_offsets_to_transaction()``: only inside a transaction."""
         self._raise_if_error()
         if self.state is not TxnState.IN_TRANSACTION:
-            raise self._illegal("send_offsets_to_transaction()", "no transaction is open")
+            raise self._illegal(
+                "send_offsets_to_transaction()",
+                _PREPARED_HINT if self.state is TxnState.PREPARED else "no transaction is open",
+            )
 
     def begin_commit(self) -> None:
-        """``commit_transaction()``: needs an open transaction with no error."""
+        """``commit_transaction()``: an open transaction with no error, or a prepared one."""
         self._raise_if_error()
-        if self.state is not TxnState.IN_TRANSACTION:
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.PREPARED):
             raise self._illegal("commit_transaction()", "no transaction is open")
         self.state = TxnState.COMMITTING
 
     def begin_abort(self) -> None:
-        """``abort_transaction()``: an open transaction, or one that hit an error."""
+        """``abort_transaction()``: an open or prepared transaction, or one that hit an error."""
         self._raise_if_fatal()
-        if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+        if self.state not in (
+            TxnState.IN_TRANSACTION,
+            TxnState.ABORTABLE_ERROR,
+            TxnState.PREPARED,
+        ):
             raise self._illegal("abort_transaction()", "no transaction is open")
         self.state = TxnState.ABORTING
+
+    def begin_prepare(self) -> None:
+        """``prepare_transaction()``: an open transaction with no error.
+
+        Raises:
+            IllegalStateError: no transaction is open, or it is empty (no record and no
+                offsets: the coordinator has no transaction that another client could
+                complete); the state is unchanged.
+        """
+        self._raise_if_error()
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._illegal(
+                "prepare_transaction()",
+                "the transaction is prepared already"
+                if self.state is TxnState.PREPARED
+                else "no transaction is open",
+            )
+        if not (self._added or self._pending or self._adding or self._offsets_added or self._sent):
+            raise IllegalStateError(
+                "prepare_transaction(): the transaction is empty (no record sent and no "
+                "offsets): the coordinator has nothing another client could complete; end "
+                "it with commit_transaction() or abort_transaction()"
+            )
+        self.state = TxnState.PREPARING
+
+    def check_preparing(self) -> None:
+        """After the records of a prepare were acknowledged: raise if one of them failed."""
+        self._raise_if_error()
+        if self.state is not TxnState.PREPARING:  # pragma: no cover - defensive
+            raise self._illegal("prepare_transaction()", "the prepare was interrupted")
+
+    def prepare_done(self) -> None:
+        """Every record is acknowledged: the transaction waits for its completer."""
+        if self.state is TxnState.PREPARING:
+            self.state = TxnState.PREPARED
+
+    def prepare_failed(self, error: KafkaError) -> None:
+        """The prepare could not finish: the transaction must be aborted (or fatal)."""
+        self.on_error(error)
+
+    @property
+    def is_prepared(self) -> bool:
+        """Whether the transaction is prepared (close() leaves it open)."""
+        return self.state is TxnState.PREPARED
 
     def end_done(self) -> None:
         """EndTxn succeeded (or there was nothing to end): the next transaction may begin."""
@@ -296,7 +367,12 @@ class TransactionManager:
             self.state = TxnState.FATAL_ERROR
             return
         self.epoch_bump_required = True
-        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+        if self.state in (
+            TxnState.IN_TRANSACTION,
+            TxnState.COMMITTING,
+            TxnState.PREPARING,
+            TxnState.ABORTABLE_ERROR,
+        ):
             self.last_error = kafka_error
             self.state = TxnState.ABORTABLE_ERROR
 

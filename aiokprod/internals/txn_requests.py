@@ -2,9 +2,10 @@
 
 FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and
 EndTxn, each retried (with backoff, finding the coordinator again when it moved) until it
-succeeds, fails for good, or ``max_block_ms`` passes. Outcomes are reported to the
-:class:`~aiokprod.internals.transactions.TransactionManager`; this module decides nothing about
-states itself.
+succeeds, fails for good, or ``max_block_ms`` passes (the loop is
+:class:`~aiokprod.internals.round_trips.RoundTrips`, shared with the admin client).
+Outcomes are reported to the :class:`~aiokprod.internals.transactions.TransactionManager`;
+this module decides nothing about states itself.
 """
 
 from __future__ import annotations
@@ -14,17 +15,11 @@ import random
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import (
-    ConcurrentTransactionsError,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    error_for_code,
-)
+from aiokprod.errors import KafkaError
 from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.round_trips import MakeRequest, RoundTrips, check_code
 from aiokprod.internals.transactions import (
     END_TXN_MAX_VERSION_TV1,
     TXN_OFFSET_COMMIT_MAX_VERSION_TV1,
@@ -36,12 +31,7 @@ from aiokprod.logs import get_logger
 from aiokprod.net.connection import BrokerConnection
 from aiokprod.net.pool import ConnectionPool, Spawn
 from aiokprod.protocol.api import END_TXN, PRODUCE, TXN_OFFSET_COMMIT
-from aiokprod.protocol.messages.coordinator import (
-    KEY_TYPE_GROUP,
-    KEY_TYPE_TRANSACTION,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-)
+from aiokprod.protocol.messages.coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -60,40 +50,17 @@ from aiokprod.protocol.messages.transactions import (
     TxnOffsetCommitTopic,
 )
 from aiokprod.protocol.schema import Struct
-from aiokprod.types import ConsumerGroupMetadata, TopicPartition
+from aiokprod.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 log = get_logger("aiokprod.transactions")
 
 #: The feature that turns on transaction protocol 2 (KIP-890) when finalized at >= 2.
 TRANSACTION_VERSION_FEATURE = "transaction.version"
-#: Java retries CONCURRENT_TRANSACTIONS after 20 ms, not the usual backoff: it clears fast.
-CONCURRENT_TRANSACTIONS_BACKOFF_MS = 20
-#: Errors after which the coordinator is looked up again.
-_COORDINATOR_MOVED = (15, 16)  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-
-
-class _Retry(Exception):
-    """Internal: try the round trip again (after ``wait_ms``; re-find the coordinator)."""
-
-    def __init__(self, error: KafkaError, *, refind: bool = False, wait_ms: int | None = None):
-        super().__init__(str(error))
-        self.error = error
-        self.refind = refind
-        self.wait_ms = wait_ms
 
 
 def _check_code(code: int, message: str | None = None) -> None:
-    """Raise :class:`_Retry` for retriable codes, the error itself otherwise."""
-    if code == 0:
-        return
-    error = error_for_code(code, message)
-    if isinstance(error, ConcurrentTransactionsError):
-        raise _Retry(error, wait_ms=CONCURRENT_TRANSACTIONS_BACKOFF_MS)
-    if code in _COORDINATOR_MOVED:
-        raise _Retry(error, refind=True)
-    if error.retriable:
-        raise _Retry(error)
-    raise coordinator_error(error)
+    """Raise ``Retry`` for retriable codes; an older epoch means fenced (coordinator_error)."""
+    check_code(code, message, translate=coordinator_error)
 
 
 class TransactionCoordinator:
@@ -126,55 +93,25 @@ class TransactionCoordinator:
     ) -> None:
         self._txn = txn
         self._idem = idempotence
-        self._pool = pool
-        self._config = config
         self._spawn = spawn
         self._wakeup = wakeup
-        self._clock = clock
-        self._rng = rng or random.Random()
         self._force_tv1 = force_tv1
-        self._coordinators: dict[tuple[int, str], int] = {}
+        self._requests = RoundTrips(pool, config, clock, rng or random.Random())
         self._adding = False
+        #: send_offsets calls under way, and an event set whenever none is (commit and
+        #: prepare wait for them, as the Java client's commit waits for pending requests).
+        self._offsets_calls = 0
+        self._offsets_idle = asyncio.Event()
+        self._offsets_idle.set()
 
     # --- plumbing -----------------------------------------------------------------------------
-
-    async def _connection(self, key_type: int, key: str, timeout_s: float) -> BrokerConnection:
-        node = self._coordinators.get((key_type, key))
-        if node is None:
-            node = await self._find_coordinator(key_type, key, timeout_s)
-            self._coordinators[(key_type, key)] = node
-        return await self._pool.connection(node, timeout_s)
-
-    async def _find_coordinator(self, key_type: int, key: str, timeout_s: float) -> int:
-        node = self._pool.least_loaded_node(self._clock.monotonic_ms())
-        if node is None:
-            raise _Retry(KafkaConnectionError("no broker to ask for the coordinator"))
-        conn = await self._pool.connection(node, timeout_s)
-        request = FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
-        response = await conn.request(request, timeout_s)
-        if not isinstance(response, FindCoordinatorResponse):  # pragma: no cover
-            raise KafkaError("FindCoordinator answered with another message")
-        if response.coordinators:
-            found = response.coordinators[0]
-            code, message = found.error_code, found.error_message
-            node_id, host, port = found.node_id, found.host, found.port
-        else:
-            code, message = response.error_code, response.error_message
-            node_id, host, port = response.node_id, response.host, response.port
-        if code:
-            error = error_for_code(code, message)
-            if error.retriable:
-                raise _Retry(error)
-            raise error
-        self._pool.learn_node(node_id, host, port)
-        return node_id
 
     async def _round_trip(
         self,
         what: str,
         key_type: int,
         key: str,
-        make: Callable[[BrokerConnection], tuple[Struct, int | None]],
+        make: MakeRequest,
         handle: Callable[[Struct], None],
     ) -> None:
         """Send ``make(conn)`` to the coordinator until ``handle`` accepts the answer.
@@ -183,41 +120,7 @@ class TransactionCoordinator:
             KafkaTimeoutError: not done within ``max_block_ms``.
             KafkaError: the answer's error when it is not retriable.
         """
-        cfg = self._config
-        timeout_s = cfg.request_timeout_ms / 1000
-        deadline_ms = self._clock.monotonic_ms() + cfg.max_block_ms
-        attempts = 0
-        while True:
-            try:
-                conn = await self._connection(key_type, key, timeout_s)
-                request, version = make(conn)
-                response = await conn.request(request, timeout_s, version=version)
-                handle(response)
-                return
-            except _Retry as retry:
-                error: KafkaError = retry.error
-                if retry.refind:
-                    self._coordinators.pop((key_type, key), None)
-                wait = retry.wait_ms
-            except KafkaError as exc:
-                if not exc.retriable and not isinstance(exc, KafkaConnectionError):
-                    raise
-                error = exc
-                self._coordinators.pop((key_type, key), None)
-                wait = None
-            attempts += 1
-            if wait is None:
-                wait = backoff_ms(
-                    attempts, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, self._rng
-                )
-            if self._clock.monotonic_ms() + wait > deadline_ms:
-                timeout = KafkaTimeoutError(
-                    f"{what} did not complete within max_block_ms={cfg.max_block_ms}: {error}"
-                )
-                timeout.__cause__ = error
-                raise timeout
-            log.debug("transactional request retry", request=what, error=str(error), wait_ms=wait)
-            await asyncio.sleep(wait / 1000)
+        await self._requests.to_coordinator(what, key_type, key, make, handle)
 
     def _txn_key(self) -> tuple[int, str]:
         return KEY_TYPE_TRANSACTION, self._txn.transactional_id
@@ -334,9 +237,25 @@ class TransactionCoordinator:
     # --- offsets ------------------------------------------------------------------------------
 
     async def send_offsets(
-        self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
     ) -> None:
         """Put the group's offsets into the transaction (AddOffsetsToTxn unless protocol 2)."""
+        self._offsets_calls += 1
+        self._offsets_idle.clear()
+        try:
+            await self._send_offsets(offsets, group)
+        finally:
+            self._offsets_calls -= 1
+            if not self._offsets_calls:
+                self._offsets_idle.set()
+
+    async def wait_offsets(self) -> None:
+        """Wait until no ``send_offsets`` is under way (before EndTxn or a prepare)."""
+        await self._offsets_idle.wait()
+
+    async def _send_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group: ConsumerGroupMetadata
+    ) -> None:
         txn, idem = self._txn, self._idem
         key_type, key = self._txn_key()
         if not txn.tv2:
@@ -364,7 +283,9 @@ class TransactionCoordinator:
         for tp, offset in sorted(offsets.items()):
             topics.setdefault(tp.topic, []).append(
                 TxnOffsetCommitPartition(
-                    partition_index=tp.partition, committed_offset=offset, committed_metadata=""
+                    partition_index=tp.partition,
+                    committed_offset=offset.offset,
+                    committed_metadata=offset.metadata,
                 )
             )
 

@@ -207,6 +207,12 @@ class ConnectionPool:
                     return await asyncio.shield(future)
             except TimeoutError:
                 raise self._unreachable(node_id) from None
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if future.cancelled() and task is not None and not task.cancelling():
+                    # close_all() cancelled the attempt, not our caller: a closed pool.
+                    raise KafkaConnectionError("connection pool is closed") from None
+                raise
 
     def _unreachable(self, node_id: int) -> KafkaError:
         host, port = self._nodes.get(node_id, ("?", 0))

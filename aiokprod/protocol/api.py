@@ -25,6 +25,12 @@ from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdResponse,
 )
 from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from aiokprod.protocol.messages.offsets import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from aiokprod.protocol.messages.produce import ProduceRequest, ProduceResponse
 from aiokprod.protocol.messages.sasl import (
     SaslAuthenticateRequest,
@@ -41,6 +47,12 @@ from aiokprod.protocol.messages.transactions import (
     EndTxnResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+)
+from aiokprod.protocol.messages.txn_admin import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from aiokprod.protocol.primitives import Reader
 from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
@@ -96,6 +108,10 @@ PRODUCE = ApiSpec(
     decode_body=decode_produce_body,
 )
 METADATA = ApiSpec(3, "Metadata", MetadataRequest, MetadataResponse, 4, 13, 9)
+# The admin client's group APIs: OffsetCommit v0-v1 are gone from Kafka 4.0 (KIP-896);
+# OffsetFetch v8 (batched groups, Kafka 3.0) is the oldest form declared.
+OFFSET_COMMIT = ApiSpec(8, "OffsetCommit", OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8)
+OFFSET_FETCH = ApiSpec(9, "OffsetFetch", OffsetFetchRequest, OffsetFetchResponse, 8, 9, 6)
 FIND_COORDINATOR = ApiSpec(
     10, "FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3
 )
@@ -121,10 +137,24 @@ TXN_OFFSET_COMMIT = ApiSpec(
 SASL_AUTHENTICATE = ApiSpec(
     36, "SaslAuthenticate", SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2
 )
+DESCRIBE_TRANSACTIONS = ApiSpec(
+    65,
+    "DescribeTransactions",
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    0,
+    0,
+    0,
+)
+LIST_TRANSACTIONS = ApiSpec(
+    66, "ListTransactions", ListTransactionsRequest, ListTransactionsResponse, 0, 2, 0
+)
 
 ALL_APIS: tuple[ApiSpec, ...] = (
     PRODUCE,
     METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
     FIND_COORDINATOR,
     SASL_HANDSHAKE,
     API_VERSIONS,
@@ -136,6 +166,8 @@ ALL_APIS: tuple[ApiSpec, ...] = (
     END_TXN,
     TXN_OFFSET_COMMIT,
     SASL_AUTHENTICATE,
+    DESCRIBE_TRANSACTIONS,
+    LIST_TRANSACTIONS,
 )
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in ALL_APIS}
 BY_REQUEST: dict[type[Struct], ApiSpec] = {api.request: api for api in ALL_APIS}

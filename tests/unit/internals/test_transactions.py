@@ -223,3 +223,123 @@ def test_config_transactional_needs_idempotence() -> None:
     cfg = ProducerConfig.from_options("h:1", transactional_id="tx")
     assert cfg.enable_idempotence
     assert cfg.transaction_timeout_ms == 60_000
+
+
+# --- prepare_transaction: PREPARING -> PREPARED ----------------------------------------------
+
+
+def prepared(tv2: bool = True) -> TransactionManager:
+    """A transaction with one partition, prepared."""
+    txn = ready(tv2)
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_prepare()
+    assert state(txn) is TxnState.PREPARING
+    txn.check_preparing()
+    txn.prepare_done()
+    assert state(txn) is TxnState.PREPARED
+    assert txn.is_prepared
+    return txn
+
+
+@pytest.mark.parametrize("tv2", [True, False], ids=["protocol2", "protocol1"])
+def test_prepared_refuses_everything_that_would_join_the_transaction(tv2: bool) -> None:
+    txn = prepared(tv2)
+    for call in (txn.check_send, txn.check_offsets, txn.begin, txn.begin_prepare):
+        with pytest.raises(IllegalStateError, match="prepared"):
+            call()
+        assert state(txn) is TxnState.PREPARED
+    # A partition cannot sneak in either: send() checks the state before enlisting one.
+    with pytest.raises(IllegalStateError, match="prepared"):
+        txn.check_send()
+
+
+def test_prepared_can_still_be_committed_or_aborted_locally() -> None:
+    txn = prepared()
+    txn.begin_commit()
+    assert state(txn) is TxnState.COMMITTING
+    txn.end_done()
+    assert state(txn) is TxnState.READY
+    assert not txn.is_prepared
+    txn = prepared()
+    txn.begin_abort()
+    assert state(txn) is TxnState.ABORTING
+    txn.end_done()
+    assert state(txn) is TxnState.READY
+    txn.begin()  # the next transaction may begin
+    assert state(txn) is TxnState.IN_TRANSACTION
+
+
+@pytest.mark.parametrize("tv2", [True, False], ids=["protocol2", "protocol1"])
+def test_prepare_of_an_empty_transaction_is_refused_and_changes_nothing(tv2: bool) -> None:
+    txn = ready(tv2)
+    txn.begin()
+    with pytest.raises(IllegalStateError, match="empty"):
+        txn.begin_prepare()
+    assert state(txn) is TxnState.IN_TRANSACTION
+    txn.offsets_added()  # offsets alone are something to complete
+    txn.begin_prepare()
+    assert state(txn) is TxnState.PREPARING
+
+
+@pytest.mark.parametrize("tv2", [True, False], ids=["protocol2", "protocol1"])
+def test_prepare_counts_records_queued_but_not_yet_sent(tv2: bool) -> None:
+    # Under protocol 2 a partition counts as added when its first record is queued, before
+    # any Produce request; under protocol 1 it waits for AddPartitionsToTxn.
+    txn = ready(tv2)
+    txn.begin()
+    txn.add_partition(TP1)
+    txn.begin_prepare()
+    assert state(txn) is TxnState.PREPARING
+
+
+def test_prepare_outside_a_transaction_or_twice_is_illegal() -> None:
+    txn = ready()
+    with pytest.raises(IllegalStateError, match="no transaction is open"):
+        txn.begin_prepare()
+    txn = prepared()
+    with pytest.raises(IllegalStateError, match="prepared already"):
+        txn.begin_prepare()
+
+
+def test_a_record_failing_while_preparing_makes_it_abortable() -> None:
+    txn = ready()
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_prepare()
+    txn.on_batch_error(NotEnoughReplicasError())
+    assert state(txn) is TxnState.ABORTABLE_ERROR
+    with pytest.raises(AbortableTransactionError) as caught:
+        txn.check_preparing()
+    assert isinstance(caught.value.__cause__, NotEnoughReplicasError)
+    txn.prepare_done()  # no effect outside PREPARING
+    assert state(txn) is TxnState.ABORTABLE_ERROR
+    txn.begin_abort()
+    txn.end_done()
+    assert state(txn) is TxnState.READY
+
+
+def test_a_failed_prepare_request_is_abortable_and_fencing_fatal() -> None:
+    txn = ready()
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_prepare()
+    txn.prepare_failed(KafkaTimeoutError("no answer"))
+    assert state(txn) is TxnState.ABORTABLE_ERROR
+    txn = ready()
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_prepare()
+    txn.prepare_failed(ProducerFencedError())
+    assert state(txn) is TxnState.FATAL_ERROR
+    with pytest.raises(ProducerFencedError):
+        txn.begin_abort()
+
+
+def test_fenced_while_prepared_is_fatal() -> None:
+    txn = prepared()
+    txn.fail_fatal(ProducerFencedError())
+    assert not txn.is_prepared
+    for call in (txn.begin_commit, txn.begin_abort, txn.check_send):
+        with pytest.raises(ProducerFencedError):
+            call()
