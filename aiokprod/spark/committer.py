@@ -54,6 +54,7 @@ _GONE = (
 )
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class ExactlyOnceCommitError(KafkaError):
@@ -194,7 +195,8 @@ class Committer:
     ) -> tuple[list[int], list[int]]:
         """EndTxn(commit) for each; a transaction found gone is checked against its marker."""
 
-        async def one(partition: int, txn: PreparedTransaction) -> bool:
+        async def one(item: tuple[int, PreparedTransaction]) -> bool:
+            partition, txn = item
             try:
                 await admin.complete_transaction(txn, commit=True)
                 return True
@@ -212,7 +214,7 @@ class Committer:
                 )
                 return False
 
-        done = await _bounded(one(p, t) for p, t in sorted(txns.items()))
+        done = await _bounded(one, sorted(txns.items()))
         ordered = sorted(txns)
         committed = [p for p, ok in zip(ordered, done, strict=True) if ok]
         lost = [p for p, ok in zip(ordered, done, strict=True) if not ok]
@@ -254,7 +256,7 @@ class Committer:
                 log.warning("EndTxn(abort) failed; fencing", id=txn.transactional_id, error=str(exc))
                 failed.append(txn.transactional_id)
 
-        await _bounded(one(t) for t in txns)
+        await _bounded(one, txns)
         if failed:
             await admin.fence_producers(failed)
 
@@ -289,7 +291,7 @@ class Committer:
                 prefix=self.prefix,
                 partitions=[_partition(self.prefix, t) for t in plan.complete],
             )
-            await _bounded(admin.complete_transaction(t, commit=True) for t in plan.complete)
+            await _bounded(lambda t: admin.complete_transaction(t, commit=True), plan.complete)
         if plan.lost:
             log.error(
                 "a decided commit lost partitions: their transactions were aborted before the "
@@ -349,12 +351,15 @@ def _partition(prefix: str, txn: PreparedTransaction) -> int:
     return -1 if found is None else found
 
 
-async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:
-    """Await ``calls`` with at most ``_CONCURRENCY`` at a time; results in order."""
+async def _bounded(call: Callable[[A], Awaitable[T]], items: Iterable[A]) -> list[T]:
+    """``call(item)`` for every item, at most ``_CONCURRENCY`` at a time; results in order.
+
+    Each call starts only once it holds the gate: when one fails, those not started never are.
+    """
     gate = asyncio.Semaphore(_CONCURRENCY)
 
-    async def run(call: Awaitable[T]) -> T:
+    async def run(item: A) -> T:
         async with gate:
-            return await call
+            return await call(item)
 
-    return list(await asyncio.gather(*(run(c) for c in calls)))
+    return list(await asyncio.gather(*(run(i) for i in items)))

@@ -86,8 +86,10 @@ def write_dataframe(
             wrong type, neither a ``topic`` column nor ``topic=``, or a bad
             ``delivery_guarantee`` / missing ``transactional_id_prefix``.
         SparkWriteError: some rows were not delivered; its message and ``results`` give
-            the counts of every partition and the first error (exactly-once: none of the
-            rows is visible to read_committed consumers).
+            the counts of every partition and the first error. Exactly-once: a failing
+            partition fails its task instead, which Spark retries; when Spark gives up, the
+            job fails with Spark's exception (holding this error's message) and none of the
+            rows is visible to read_committed consumers.
         ExactlyOnceCommitError: exactly-once: the driver could not commit every partition's
             transaction (see its ``committed`` and ``lost``).
         ImportError: PySpark or pyarrow is not installed.
