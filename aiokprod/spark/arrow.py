@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.producer import Producer
-from aiokprod.spark.options import unseal
 from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+from aiokprod.spark.options import unseal
 from aiokprod.spark.results import PartitionResult
 
 if TYPE_CHECKING:
@@ -101,7 +101,9 @@ class PartitionWriter:
         if self.exactly_once is not None:
             from aiokprod.spark.txn_task import write_transaction
 
-            return await write_transaction(self, index, attempt, _read_ahead(batches), tally, micro_batch)
+            return await write_transaction(
+                self, index, attempt, _read_ahead(batches), tally, micro_batch
+            )
         producer = Producer(self.bootstrap_servers, **self.producer_options(index))
         started = False
         try:

@@ -39,7 +39,7 @@ from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartitio
 if TYPE_CHECKING:
     from aiokprod.admin import Admin
 
-__all__ = ["CommitReport", "ExactlyOnceCommitError", "Committer"]
+__all__ = ["CommitReport", "Committer", "ExactlyOnceCommitError"]
 
 log = get_logger("aiokprod.spark")
 
@@ -106,7 +106,9 @@ class Committer:
 
     # --- the synchronous entry points (Spark's driver) ------------------------------------
 
-    def commit(self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]) -> CommitReport:
+    def commit(
+        self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]
+    ) -> CommitReport:
         """Commit every task's transaction, atomically as far as Kafka allows.
 
         Raises:
@@ -115,13 +117,18 @@ class Committer:
         """
         return asyncio.run(self._with_admin(lambda a: self._commit(a, run_id, batch_id, results)))
 
-    def abort(self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]) -> CommitReport:
+    def abort(
+        self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]
+    ) -> CommitReport:
         """Abort the tasks' transactions - or, if this commit was decided, complete it."""
         return asyncio.run(self._with_admin(lambda a: self._abort(a, run_id, batch_id, results)))
 
     def recover(self, *, fence_open: bool) -> CommitReport:
-        """Complete a decision left not done; with ``fence_open``, abort every other open
-        transaction of the prefix (only where no task of this sink is running)."""
+        """Complete a decision left not done; with ``fence_open``, abort the others.
+
+        ``fence_open`` aborts every other open transaction of the prefix: only where no task
+        of this sink is running.
+        """
         return asyncio.run(self._with_admin(lambda a: self._recover(a, fence_open=fence_open)))
 
     async def _with_admin(self, work: Callable[[Admin], Awaitable[T]]) -> T:
@@ -159,7 +166,9 @@ class Committer:
         aborted = await self._fence_open(admin, keep=())
         report = CommitReport(tuple(committed), plan.skipped, tuple(lost), aborted)
         if lost:
-            raise ExactlyOnceCommitError(self._lost_message(batch_id, committed, lost), committed, lost)
+            raise ExactlyOnceCommitError(
+                self._lost_message(batch_id, committed, lost), committed, lost
+            )
         return report
 
     async def _check_open(self, admin: Admin, txns: Mapping[int, PreparedTransaction]) -> None:
@@ -182,7 +191,8 @@ class Committer:
             f"the transactions of Spark partitions {shown} are no longer open (aborted by "
             "the coordinator's transaction timeout - kafka.transaction.timeout.ms - or fenced "
             "by a newer attempt): nothing was committed and every other transaction was "
-            "aborted" + (", the micro-batch runs again when the query restarts" if self.streaming else ""),
+            "aborted"
+            + (", the micro-batch runs again when the query restarts" if self.streaming else ""),
             lost=[p for p, _ in gone],
         )
 
@@ -253,7 +263,9 @@ class Committer:
             except _GONE:
                 pass  # not open any more: nothing to abort
             except KafkaError as exc:
-                log.warning("EndTxn(abort) failed; fencing", id=txn.transactional_id, error=str(exc))
+                log.warning(
+                    "EndTxn(abort) failed; fencing", id=txn.transactional_id, error=str(exc)
+                )
                 failed.append(txn.transactional_id)
 
         await _bounded(one, txns)
@@ -279,7 +291,9 @@ class Committer:
             topic = next(iter(tp.topic for tp, v in offsets.items() if v.offset == found[0]))
             await self._store(admin, topic, found[0], decision.finished())
         return CommitReport(
-            committed=tuple(sorted([_partition(self.prefix, t) for t in plan.complete] + list(plan.committed))),
+            committed=tuple(
+                sorted([_partition(self.prefix, t) for t in plan.complete] + list(plan.committed))
+            ),
             lost=plan.lost,
             aborted=plan.fence,
         )
@@ -315,7 +329,11 @@ class Committer:
     async def _open_ids(self, admin: Admin) -> list[str]:
         listed = await admin.list_transactions(states=["Ongoing"])
         return sorted(
-            {t.transactional_id for t in listed if partition_of(self.prefix, t.transactional_id) is not None}
+            {
+                t.transactional_id
+                for t in listed
+                if partition_of(self.prefix, t.transactional_id) is not None
+            }
         )
 
     # --- the decision record ------------------------------------------------------------------
@@ -331,7 +349,9 @@ class Committer:
             decision_group(self.prefix), {TopicPartition(topic, 0): value}
         )
 
-    def _lost_message(self, batch_id: int | None, committed: Sequence[int], lost: Sequence[int]) -> str:
+    def _lost_message(
+        self, batch_id: int | None, committed: Sequence[int], lost: Sequence[int]
+    ) -> str:
         what = "the batch job" if batch_id is None else f"micro-batch {batch_id}"
         then = (
             "restart the query: the micro-batch runs again and writes those partitions, the "

@@ -208,10 +208,13 @@ def decide_task(
     """
     if rows == 0:
         return TaskAction.NOTHING
-    if query_id is not None and batch_id is not None and marker_offsets is not None:
-        if batch_committed(marker_offsets, query_id, batch_id):
-            return TaskAction.SKIP
-    return TaskAction.WRITE
+    replay_committed = (
+        query_id is not None
+        and batch_id is not None
+        and marker_offsets is not None
+        and batch_committed(marker_offsets, query_id, batch_id)
+    )
+    return TaskAction.SKIP if replay_committed else TaskAction.WRITE
 
 
 # --- the driver's decision ----------------------------------------------------------------
@@ -428,13 +431,19 @@ class TransactionView(Protocol):
     """What recovery reads of a transaction (DescribeTransactions)."""
 
     @property
-    def state(self) -> str: ...
+    def state(self) -> str:
+        """The coordinator's state name (``"Ongoing"``, ``"CompleteCommit"``, ...)."""
+        ...
 
     @property
-    def producer_id(self) -> int: ...
+    def producer_id(self) -> int:
+        """The id's producer id now."""
+        ...
 
     @property
-    def producer_epoch(self) -> int: ...
+    def producer_epoch(self) -> int:
+        """The id's epoch now."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

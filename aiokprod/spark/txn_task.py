@@ -20,6 +20,7 @@ so a retry never duplicates.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,15 @@ async def write_transaction(
             if action is TaskAction.SKIP:
                 await _count_skipped(batches, tally)
             else:
-                prepared = await _write_and_prepare(writer, producer, batches, tally, topic, index, micro_batch)
+                prepared = await _write_and_prepare(
+                    writer,
+                    producer,
+                    batches,
+                    tally,
+                    topic,
+                    marker_group(eos.prefix, index),
+                    micro_batch,
+                )
         except Exception as exc:
             tally.fail(0, exc)
             await _count_rest(batches, tally)
@@ -100,20 +109,20 @@ async def _write_and_prepare(
     batches: AsyncIterator[pa.RecordBatch],
     tally: _Tally,
     topic: str | None,
-    index: int,
+    group: str,
     micro_batch: MicroBatch | None,
 ) -> PreparedTransaction | None:
-    """The rows (and the marker) in a transaction, prepared; None after a failed row."""
-    eos = writer.exactly_once
-    assert eos is not None  # noqa: S101 - checked by write_transaction
+    """The rows (and the marker, in ``group``) in a transaction, prepared.
+
+    None after a failed row (the caller aborts).
+    """
     await producer.begin_transaction()
     await writer.send_all(producer, batches, tally)
     if tally.stopped:
         return None
     if micro_batch is not None and topic is not None:
         await producer.send_offsets_to_transaction(
-            {TopicPartition(topic, 0): marker(micro_batch.query_id, micro_batch.batch_id)},
-            marker_group(eos.prefix, index),
+            {TopicPartition(topic, 0): marker(micro_batch.query_id, micro_batch.batch_id)}, group
         )
     prepared = await producer.prepare_transaction()  # raises if a record failed
     tally.collect(final=True)  # every record is acknowledged: count them
@@ -151,12 +160,13 @@ async def _count_rest(batches: AsyncIterator[pa.RecordBatch], tally: _Tally) -> 
 
 
 async def _abort_quietly(producer: Producer) -> None:
-    """Abort the transaction after a failure; if that fails too, the next attempt's
-    InitProducerId (or the coordinator's timeout) aborts it."""
-    try:
+    """Abort the transaction after a failure.
+
+    If that fails too, the next attempt's InitProducerId (or the coordinator's timeout)
+    aborts it.
+    """
+    with contextlib.suppress(Exception):
         await producer.abort_transaction()
-    except Exception:  # noqa: BLE001 - the task fails with the first error already
-        pass
 
 
 def _first_topic(batch: pa.RecordBatch) -> str | None:

@@ -142,9 +142,7 @@ def test_a_failed_job_leaves_nothing_visible(
         return str(i)
 
     topic, p = new_topic(partitions=2), prefix()
-    df = spark.range(10_000, numPartitions=2).select(
-        partition_1_always_fails("id").alias("value")
-    )
+    df = spark.range(10_000, numPartitions=2).select(partition_1_always_fails("id").alias("value"))
     with pytest.raises(PySparkException, match="cannot be written"):
         write_eos(df, kafka.bootstrap_servers, topic, p)
     assert read_committed(kafka.bootstrap_servers, topic, 2) == []
@@ -180,7 +178,7 @@ def test_exactly_once_mistakes_fail_on_the_driver(spark: SparkSession) -> None:
         transactionalIdPrefix="x",
         **{"kafka.enable.idempotence": "false"},
     )
-    with pytest.raises(Exception, match="transactional_id_prefix|transactionalIdPrefix"):
+    with pytest.raises(Exception, match=r"transactional_id_prefix|transactionalIdPrefix"):
         write_dataframe(values, "127.0.0.1:9", topic="t", delivery_guarantee="exactly-once")
 
 
@@ -259,12 +257,15 @@ def test_a_stream_restarted_from_its_checkpoint_writes_each_row_once(
     assert open_transactions(kafka.bootstrap_servers, p) == []
 
 
-def test_the_exactly_once_example(spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path) -> None:
+def test_the_exactly_once_example(
+    spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path
+) -> None:
     topic = new_topic(partitions=6)
     spec = importlib.util.spec_from_file_location(
         "spark_exactly_once", EXAMPLES / "spark_exactly_once.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     batch = spark.range(3000, numPartitions=3).selectExpr("cast(id AS string) AS value")
@@ -341,7 +342,8 @@ def test_a_commit_interrupted_after_the_decision_is_completed_by_the_next_run(
             return latest_decision(p, await admin.list_consumer_group_offsets(decision_group(p)))
 
     found = asyncio.run(decision())
-    assert found is not None and found[1].done
+    assert found is not None
+    assert found[1].done
 
 
 def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
@@ -349,7 +351,9 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
 ) -> None:
     topic, p = new_topic(partitions=2), prefix()
     bootstrap = kafka.bootstrap_servers
-    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()])) for i in range(2)}
+    prepared = {
+        i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()])) for i in range(2)
+    }
 
     async def fence() -> None:
         async with Admin(bootstrap) as admin:
