@@ -137,6 +137,10 @@ class TransactionalMixin:
             AbortableTransactionError: a record or request of the transaction failed (the
                 cause is the ``__cause__``); call :meth:`abort_transaction`.
             ProducerFencedError: fenced by a newer producer (fatal).
+
+        Cancellation:
+            A prepare cancelled while it waits leaves the transaction open, as before the
+            call: prepare it again, commit it or abort it.
         """
         txn, coordinator = self._require_txn("prepare_transaction()")
         idem = self._idempotence
@@ -149,6 +153,11 @@ class TransactionalMixin:
             txn.check_preparing()
         except KafkaError as exc:
             txn.prepare_failed(exc)
+            raise
+        except BaseException:
+            # Cancelled while waiting: nothing was decided, the transaction stays open (and
+            # can be prepared again, committed or aborted).
+            txn.prepare_cancelled()
             raise
         txn.prepare_done()
         prepared = PreparedTransaction(

@@ -65,6 +65,18 @@ class Retry(Exception):
         self.wait_ms = wait_ms
 
 
+class GiveUp(Exception):
+    """Raised by a response handler: fail with ``error`` now, even if its class is retriable.
+
+    (UNKNOWN_TOPIC_OR_PARTITION is retriable for Produce, but committing an offset for a
+    partition that does not exist will not get better.)
+    """
+
+    def __init__(self, error: KafkaError):
+        super().__init__(str(error))
+        self.error = error
+
+
 def check_code(
     code: int,
     message: str | None = None,
@@ -123,6 +135,10 @@ class RoundTrips:
         return self._clock.monotonic_ms() + self._config.max_block_ms
 
     # --- coordinators -------------------------------------------------------------------------
+
+    def coordinator_node(self, key_type: int, key: str) -> int | None:
+        """The node last found to coordinate ``key`` (None: not looked up, or forgotten)."""
+        return self._coordinators.get((key_type, key))
 
     def forget_coordinator(self, key_type: int, key: str) -> None:
         """Look the coordinator of ``key`` up again before its next request."""
@@ -238,6 +254,8 @@ class RoundTrips:
                 request, version = make(conn)
                 response = await conn.request(request, timeout_s, version=version)
                 return handle(response)
+            except GiveUp as give_up:
+                raise give_up.error from None
             except Retry as retry:
                 error = retry.error
                 if retry.refind:

@@ -142,22 +142,17 @@ class ProducerRuntime:
             def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(fn)
 
-            pool = self.pool = ConnectionPool(
-                cfg.bootstrap_servers,
+            pool = self.pool = ConnectionPool.from_config(
+                cfg,
                 spawn=spawn,
-                client_id=cfg.client_id,
                 software_version=self.software_version,
-                max_in_flight=cfg.max_in_flight_requests_per_connection,
-                setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-                reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-                on_change=self.wakeup,
-                on_disconnect=self._on_disconnect,
                 ssl_context=ssl_context,
                 authenticate=authenticate,
                 transport=self.transport,
                 clock=self.clock,
                 rng=self.rng,
+                on_change=self.wakeup,
+                on_disconnect=self._on_disconnect,
             )
             self.fetcher = MetadataFetcher(
                 self.metadata,

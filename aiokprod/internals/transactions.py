@@ -258,6 +258,11 @@ class TransactionManager:
         if self.state is TxnState.PREPARING:
             self.state = TxnState.PREPARED
 
+    def prepare_cancelled(self) -> None:
+        """The prepare was cancelled while waiting: the transaction is open as before."""
+        if self.state is TxnState.PREPARING:
+            self.state = TxnState.IN_TRANSACTION
+
     def prepare_failed(self, error: KafkaError) -> None:
         """The prepare could not finish: the transaction must be aborted (or fatal)."""
         self.on_error(error)

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
+from aiokprod.config import ProducerConfig
 from aiokprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
 from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.connection import Authenticator, BrokerConnection
@@ -109,6 +110,40 @@ class ConnectionPool:
         self.auth_error: AuthenticationError | None = None
         self._closed = False
         self._warn = LogEvery(WARN_EVERY_MS)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ProducerConfig,
+        *,
+        spawn: Spawn,
+        software_version: str,
+        ssl_context: ssl.SSLContext | None,
+        authenticate: Authenticator | None,
+        transport: Transport | None,
+        clock: Clock,
+        rng: random.Random,
+        on_change: Callable[[], None] = lambda: None,
+        on_disconnect: Callable[[int], None] = lambda node_id: None,
+    ) -> ConnectionPool:
+        """A pool with the connection options of ``config`` (the producer's and the admin's)."""
+        return cls(
+            config.bootstrap_servers,
+            spawn=spawn,
+            client_id=config.client_id,
+            software_version=software_version,
+            max_in_flight=config.max_in_flight_requests_per_connection,
+            setup_timeout_ms=config.socket_connection_setup_timeout_ms,
+            reconnect_backoff_ms=config.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            on_change=on_change,
+            on_disconnect=on_disconnect,
+            ssl_context=ssl_context,
+            authenticate=authenticate,
+            transport=transport,
+            clock=clock,
+            rng=rng,
+        )
 
     # --- nodes ------------------------------------------------------------------------------
 
