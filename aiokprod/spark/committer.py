@@ -161,7 +161,9 @@ class Committer:
             raise ExactlyOnceCommitError("commit(): no topic to store the decision against")
         seq = next_sequence(int(time.time() * 1000), seq)
         await self._store(admin, topic, seq, decision)
-        committed, lost = await self._complete(admin, run_id, batch_id, plan.transactions)
+        committed, lost = await self._complete(
+            admin, run_id, batch_id, plan.transactions, plan.marker_topics
+        )
         await self._store(admin, topic, seq, decision.finished())
         aborted = await self._fence_open(admin, keep=())
         report = CommitReport(tuple(committed), plan.skipped, tuple(lost), aborted)
@@ -202,8 +204,12 @@ class Committer:
         run_id: str,
         batch_id: int | None,
         txns: Mapping[int, PreparedTransaction],
+        topics: Mapping[int, str],
     ) -> tuple[list[int], list[int]]:
-        """EndTxn(commit) for each; a transaction found gone is checked against its marker."""
+        """EndTxn(commit) for each; a transaction found gone is checked against its marker.
+
+        The marker of partition p is on partition 0 of ``topics[p]``.
+        """
 
         async def one(item: tuple[int, PreparedTransaction]) -> bool:
             partition, txn = item
@@ -211,9 +217,12 @@ class Committer:
                 await admin.complete_transaction(txn, commit=True)
                 return True
             except _GONE as exc:
-                if self.streaming and batch_id is not None:
+                topic = topics.get(partition)
+                if self.streaming and batch_id is not None and topic is not None:
                     offsets = await admin.list_consumer_group_offsets(
-                        marker_group(self.prefix, partition), require_stable=True
+                        marker_group(self.prefix, partition),
+                        [TopicPartition(topic, 0)],
+                        require_stable=True,
                     )
                     if batch_committed(offsets, run_id, batch_id):
                         return True

@@ -394,6 +394,8 @@ class CommitPlan:
     skipped: tuple[int, ...]
     #: A topic the sink wrote to: the decision is stored against its partition 0.
     topic: str | None
+    #: The topic of each written partition's first row: its marker is on its partition 0.
+    marker_topics: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
 
 def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
@@ -405,7 +407,7 @@ def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
     """
     txns: dict[int, PreparedTransaction] = {}
     skipped: list[int] = []
-    topics: list[str] = []
+    topics: dict[int, str] = {}
     seen: set[int] = set()
     for result in results:
         if result is None:
@@ -420,8 +422,9 @@ def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
                 raise ConfigError(f"commit(): partition {result.partition} has no transaction")
             txns[result.partition] = result.transaction
             if result.topic is not None:
-                topics.append(result.topic)
-    return CommitPlan(txns, tuple(sorted(skipped)), min(topics) if topics else None)
+                topics[result.partition] = result.topic
+    first = min(topics.values()) if topics else None
+    return CommitPlan(txns, tuple(sorted(skipped)), first, topics)
 
 
 # --- recovery -----------------------------------------------------------------------------

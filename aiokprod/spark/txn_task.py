@@ -74,8 +74,10 @@ async def write_transaction(
     try:
         try:
             await producer.start()
-            if micro_batch is not None:
-                action = await _marker_action(writer, options, eos.prefix, index, micro_batch)
+            if micro_batch is not None and topic is not None:
+                action = await _marker_action(
+                    writer, options, topic, eos.prefix, index, micro_batch
+                )
             if action is TaskAction.SKIP:
                 await _count_skipped(batches, tally)
             else:
@@ -132,15 +134,20 @@ async def _write_and_prepare(
 async def _marker_action(
     writer: PartitionWriter,
     options: dict[str, Any],
+    topic: str,
     prefix: str,
     index: int,
     micro_batch: MicroBatch,
 ) -> TaskAction:
-    """Read the partition's marker (after InitProducerId, RequireStable) and decide."""
+    """Read the partition's marker (after InitProducerId, RequireStable) and decide.
+
+    The marker's partition is named: a broker asked for "every partition" of a group lists
+    only those with a committed offset, so a marker still being committed would go unseen.
+    """
     admin_options = {k: v for k, v in options.items() if k != "transactional_id"}
     async with Admin(writer.bootstrap_servers, **admin_options) as admin:
         offsets = await admin.list_consumer_group_offsets(
-            marker_group(prefix, index), require_stable=True
+            marker_group(prefix, index), [TopicPartition(topic, 0)], require_stable=True
         )
     return decide_task(1, offsets, micro_batch.query_id, micro_batch.batch_id)
 
