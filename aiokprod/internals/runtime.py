@@ -21,7 +21,12 @@ import anyio
 
 from aiokprod.clock import Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
+from aiokprod.errors import (
+    ClusterChangedError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+)
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.adaptive import AdaptivePartitioning
 from aiokprod.internals.appender import RecordAppender
@@ -161,6 +166,7 @@ class ProducerRuntime:
                 request_timeout_ms=cfg.request_timeout_ms,
                 allow_auto_create_topics=cfg.allow_auto_create_topics,
                 on_update=self.wakeup,
+                on_cluster_change=self._on_cluster_change,
                 clock=self.clock,
             )
             sender = self.sender = Sender(
@@ -226,6 +232,13 @@ class ProducerRuntime:
 
     def _on_disconnect(self, node_id: int) -> None:
         self.metadata.request_update()
+
+    def _on_cluster_change(self, old: str, new: str) -> None:
+        """The cluster behind the bootstrap address was replaced (issue 29; see the sender)."""
+        if self.sender is not None:
+            self.sender.cluster_changed(old, new)
+        if self.coordinator is not None:
+            self.coordinator.cluster_changed(ClusterChangedError(old, new))
 
     def fail_waiting(self, error: KafkaError) -> None:
         """Fail the sends that wait for memory or metadata (nothing was queued for them)."""

@@ -11,13 +11,14 @@ this module decides nothing about states itself.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import BrokerError, KafkaError, UnsupportedVersionError
+from aiokprod.errors import BrokerError, ClusterChangedError, KafkaError, UnsupportedVersionError
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.round_trips import MakeRequest, RoundTrips, check_code
 from aiokprod.internals.transactions import (
@@ -134,6 +135,25 @@ class TransactionCoordinator:
         self._offsets_calls = 0
         self._offsets_idle = asyncio.Event()
         self._offsets_idle.set()
+        #: Counts cluster replacements (issue 29); a round trip that began on an older
+        #: cluster fails with ``_cluster_error`` instead of going on on the new one.
+        self._generation = 0
+        self._cluster_error: ClusterChangedError | None = None
+
+    def cluster_changed(self, error: ClusterChangedError) -> None:
+        """The cluster was replaced: coordinators are found afresh; round trips under way fail.
+
+        A request of the old cluster's transaction (EndTxn, AddPartitionsToTxn, an epoch
+        bump) would name a producer id the new cluster never issued: it fails with
+        ``error`` instead, and the transaction is re-initialised (``init_producer_id``).
+        """
+        self._requests.forget_coordinators()
+        self._generation += 1
+        self._cluster_error = error
+
+    def _check_generation(self, generation: int) -> None:
+        if generation != self._generation and self._cluster_error is not None:
+            raise copy.copy(self._cluster_error)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -144,14 +164,33 @@ class TransactionCoordinator:
         key: str,
         make: MakeRequest,
         handle: Callable[[Struct], None],
+        *,
+        any_cluster: bool = False,
     ) -> None:
         """Send ``make(conn)`` to the coordinator until ``handle`` accepts the answer.
 
+        Only a broker of the cluster the producer writes to is asked. With ``any_cluster``
+        false the round trip belongs to the cluster it began on: if that one is replaced
+        meanwhile, it fails with :class:`ClusterChangedError`.
+
         Raises:
             KafkaTimeoutError: not done within ``max_block_ms``.
+            ClusterChangedError: the cluster was replaced (not with ``any_cluster``).
             KafkaError: the answer's error when it is not retriable.
         """
-        await self._requests.to_coordinator(what, key_type, key, make, handle)
+        generation = self._generation
+
+        def checked_make(conn: BrokerConnection) -> tuple[Struct, int | None]:
+            if not any_cluster:
+                self._check_generation(generation)
+            return make(conn)
+
+        def checked_handle(response: Struct) -> None:
+            if not any_cluster:
+                self._check_generation(generation)
+            handle(response)
+
+        await self._requests.to_coordinator(what, key_type, key, checked_make, checked_handle)
 
     @property
     def coordinator_node(self) -> int | None:
@@ -164,7 +203,11 @@ class TransactionCoordinator:
     # --- InitProducerId -----------------------------------------------------------------------
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
-        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360)."""
+        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360).
+
+        Without ``bump`` it runs on whatever cluster the producer writes to when it is
+        answered: at start, and again after the cluster was replaced (issue 29).
+        """
         txn, idem = self._txn, self._idem
         key_type, key = self._txn_key()
 
@@ -185,6 +228,8 @@ class TransactionCoordinator:
             _check_code(response.error_code)
             idem.set_producer_id(response.producer_id, response.producer_epoch)
             txn.epoch_bump_required = False
+            if not bump:
+                txn.reinit_done()
             log.info(
                 "transactional producer id",
                 transactional_id=txn.transactional_id,
@@ -194,7 +239,8 @@ class TransactionCoordinator:
             )
 
         await self._guarded(
-            "InitProducerId", self._round_trip("InitProducerId", key_type, key, make, handle)
+            "InitProducerId",
+            self._round_trip("InitProducerId", key_type, key, make, handle, any_cluster=not bump),
         )
         self._wakeup()
 
