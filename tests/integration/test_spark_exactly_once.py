@@ -368,3 +368,76 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
     assert failure.value.lost == (1,)
     assert read_committed(bootstrap, topic, 2, idle_s=1.0) == []
     assert open_transactions(bootstrap, p) == []
+
+
+def test_abort_after_a_decided_commit_completes_it(
+    kafka: LocalKafka, new_topic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark calls abort() when commit() raised. Once the decision is stored, abort() rolls
+    the commit forward: aborting the rest would leave the batch half visible for good."""
+    from aiokprod.errors import KafkaTimeoutError
+
+    topic, p = new_topic(partitions=2), prefix()
+    bootstrap = kafka.bootstrap_servers
+    rows = {i: [f"{i}-{n}".encode() for n in range(50)] for i in range(3)}
+    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i])) for i in range(3)}
+    results: list[TaskResult | None] = [
+        TaskResult(i, TaskAction.WRITE, prepared[i], topic) for i in range(3)
+    ]
+    original = Admin.complete_transaction
+
+    async def coordinator_gone_for_partition_2(self: Admin, txn: Any, *, commit: bool) -> None:
+        if txn.transactional_id == transactional_id(p, 2):
+            raise KafkaTimeoutError("EndTxn did not complete within max_block_ms")
+        await original(self, txn, commit=commit)
+
+    committer = Committer(bootstrap, {}, p, streaming=True)
+    monkeypatch.setattr(Admin, "complete_transaction", coordinator_gone_for_partition_2)
+    with pytest.raises(KafkaTimeoutError):
+        committer.commit("query-1", 7, results)
+    monkeypatch.undo()
+    report = committer.abort("query-1", 7, results)
+    assert report.committed == (0, 1, 2)
+    seen = read_committed(bootstrap, topic, 2, idle_s=1.0)
+    assert sorted(seen) == sorted(rows[0] + rows[1] + rows[2])
+    assert open_transactions(bootstrap, p) == []
+
+
+def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_topic) -> None:
+    """The task side of a replay, without Spark: micro-batch 3 of a query is written and
+    committed; the same batch again writes nothing and says so; batch 4 and another query's
+    batch 3 are written."""
+    import pyarrow as pa
+
+    from aiokprod.spark.arrow import PartitionWriter
+    from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+
+    topic, p = new_topic(partitions=1), prefix()
+    bootstrap = kafka.bootstrap_servers
+    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceTask(p, True))
+    committer = Committer(bootstrap, {}, p, streaming=True)
+
+    def run(query: str, batch: int, values: list[str]) -> Any:
+        batches = [pa.RecordBatch.from_pydict({"value": pa.array(values, pa.string())})]
+        result = writer.write(0, batches, 0, MicroBatch(query, batch))
+        assert result.ok, result.error
+        task = TaskResult(
+            0,
+            TaskAction.SKIP
+            if result.skipped
+            else (TaskAction.WRITE if result.transaction else TaskAction.NOTHING),
+            result.transaction,
+            result.topic,
+        )
+        committer.commit(query, batch, [task])
+        return result
+
+    first = run("q", 3, ["a", "b"])
+    assert first.transaction is not None and not first.skipped
+    again = run("q", 3, ["a", "b"])
+    assert again.skipped and again.transaction is None
+    assert again.delivered == 2  # counted as in Kafka already
+    assert not run("q", 4, ["c"]).skipped
+    assert not run("other-query", 3, ["d"]).skipped  # a new checkpoint reusing the prefix
+    assert not run("q", 5, []).skipped  # empty: no transaction at all
+    assert sorted(read_committed(bootstrap, topic, 1, idle_s=1.0)) == [b"a", b"b", b"c", b"d"]
