@@ -31,7 +31,8 @@ from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import KeyHasher, PartitionChooser, StickyPartitionState
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
+from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, NO_LEFTOVER, RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
 #: The most partitions with a queued batch before a new batch gives the sender its turn
@@ -315,6 +316,11 @@ class RecordAppender:
         path and the builder's inner loop (``append_values``) adds the rest of the batch; the
         sticky partitioner is fed the bytes of the whole run at once.
         """
+        if isinstance(values, EncodableValues) and header_bytes is None and not value_serializer:
+            await self._append_encodable(
+                bulk, topic, values, partition, timestamp_ms, info, started_ms
+            )
+            return
         acc = self._acc
         batch_size = acc.batch_size
         tps = self.partitions_of(topic, len(info.partitions))
@@ -374,6 +380,94 @@ class RecordAppender:
             added = builder.record_count - start
             if added:
                 bulk._extend_last(added, timestamp_ms)
+            if builder.full:
+                batch.is_full = True
+                self.wakeup()
+            if sticky is not None:
+                sticky.on_append(
+                    builder.size_in_bytes - before,
+                    batch.is_full,
+                    len(tps),
+                    info.available,
+                    self._clock.monotonic_ms(),
+                )
+
+    async def _append_encodable(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        column: EncodableValues,
+        partition: int | None,
+        timestamp_ms: int,
+        info: TopicInfo,
+        started_ms: int,
+    ) -> None:
+        """:meth:`append_values` for a column that encodes its own records (protocol.encoded).
+
+        The same runs as there: each opens with the one-record path (the partition choice,
+        memory, a new batch, sticky accounting, wakeups); then, if that record began a
+        batch, the rest of the batch is copied from the column's plan of fresh batches in
+        one piece (the builder checks the batch is in the state the plan assumed), and
+        otherwise (a half-full batch) taken record by record as there.
+        """
+        acc = self._acc
+        batch_size = acc.batch_size
+        tps = self.partitions_of(topic, len(info.partitions))
+        yield_at = self.yield_threshold(len(tps))
+        largest_value = self.record_limit - batch_of_one_size(-1, 0, 0)
+        value_sizes = bulk._value_sizes
+        total = len(column)
+        plan: EncodedBatches | None = None
+        i = 0
+        while i < total:
+            value = column.value(i)
+            size = -1 if value is None else len(value)
+            if size > largest_value:
+                raise self.too_large(batch_of_one_size(-1, size, 0))
+            if partition is not None:
+                p, sticky = partition, None
+            else:
+                p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
+            tp = tps[p]
+            opened = self.append(tp, timestamp_ms, None, value, None, sticky, info)
+            if opened is None:
+                opened = await self.append_new_batch(
+                    tp, timestamp_ms, None, value, None, sticky, info, started_ms, yield_at
+                )
+            batch, index = opened
+            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            i += 1
+            builder = batch.builder
+            if builder is None or batch.is_full or i >= total:
+                continue
+            before = builder.size_in_bytes
+            start = builder.record_count
+            k = -1
+            if index == 0:  # a fresh batch: the plan's batch from this record fits it
+                k = plan.batch_at(i - 1) if plan is not None else -1
+                if k < 0 or plan is None:
+                    plan = column.encode_batches(i - 1, batch_size, largest_value)
+                    k = plan.batch_at(i - 1)
+            if k < 0 or plan is None:
+                builder.append_values(
+                    timestamp_ms, column.values_from(i), batch_size, largest_value, value_sizes
+                )
+            else:
+                end = plan.firsts[k + 1]
+                if builder.append_encoded(
+                    timestamp_ms,
+                    plan.rest(k),
+                    end - i,
+                    1,
+                    BATCH_HEADER_SIZE + plan.first_sizes[k],
+                    batch_size,
+                    plan.next_sizes[k],
+                ):
+                    value_sizes.extend(plan.value_sizes(i, end))
+            added = builder.record_count - start
+            if added:
+                bulk._extend_last(added, timestamp_ms)
+                i += added
             if builder.full:
                 batch.is_full = True
                 self.wakeup()
