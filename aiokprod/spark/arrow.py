@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.producer import Producer
+from aiokprod.spark.heap import freeze_after_first_task
 from aiokprod.spark.options import unseal
 from aiokprod.spark.results import PartitionResult
 
@@ -71,7 +72,9 @@ class PartitionWriter:
         A fresh event loop per call: nothing is shared with, or left to, the next task that
         this (possibly reused) Python worker runs.
         """
-        return asyncio.run(self._write(index, attempt, iter(batches)))
+        result = asyncio.run(self._write(index, attempt, iter(batches)))
+        freeze_after_first_task()  # the worker's later per-task collections (spark/heap.py)
+        return result
 
     async def _write(
         self, index: int, attempt: int, batches: Iterator[pa.RecordBatch]
