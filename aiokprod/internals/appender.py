@@ -12,7 +12,9 @@ The per-record path is split in two so that the common case never awaits: :meth:
 is synchronous and fills the open batch; only when a new batch is needed does the caller
 await :meth:`append_new_batch`. The bulk paths (:meth:`append_values`,
 :meth:`append_keyed`) open each run of records with those same two calls, then let the
-batch builder's inner loops add the rest of the run.
+batch builder's inner loops add the rest of the run; values that encode themselves
+(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns) have the rest of each
+fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`).
 """
 
 from __future__ import annotations
@@ -342,27 +344,19 @@ class RecordAppender:
             size = -1 if pending is None else len(pending)
             if size > largest_value:
                 raise self.too_large(batch_of_one_size(-1, size, headers_size))
-            if partition is not None:
-                p, sticky = partition, None
-            else:
-                p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
-            tp = tps[p]
-            # The run's first record goes the one-record way (sticky counts it there).
-            opened = self.append(tp, timestamp_ms, None, pending, header_bytes, sticky, info)
-            if opened is None:
-                opened = await self.append_new_batch(
-                    tp,
-                    timestamp_ms,
-                    None,
-                    pending,
-                    header_bytes,
-                    sticky,
-                    info,
-                    started_ms,
-                    yield_at,
-                )
-            batch, index = opened
-            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            batch, _, sticky = await self._open_run(
+                bulk,
+                topic,
+                tps,
+                partition,
+                timestamp_ms,
+                pending,
+                size,
+                header_bytes,
+                info,
+                started_ms,
+                yield_at,
+            )
             pending = NO_LEFTOVER
             builder = batch.builder
             if builder is None or batch.is_full:
@@ -377,20 +371,75 @@ class RecordAppender:
                 pending = _append_with_headers(
                     builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
                 )
-            added = builder.record_count - start
-            if added:
-                bulk._extend_last(added, timestamp_ms)
-            if builder.full:
-                batch.is_full = True
-                self.wakeup()
-            if sticky is not None:
-                sticky.on_append(
-                    builder.size_in_bytes - before,
-                    batch.is_full,
-                    len(tps),
-                    info.available,
-                    self._clock.monotonic_ms(),
-                )
+            self._close_run(bulk, batch, before, start, sticky, timestamp_ms, info)
+
+    async def _open_run(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        tps: tuple[TopicPartition, ...],
+        partition: int | None,
+        timestamp_ms: int,
+        value: bytes | None,
+        size: int,
+        header_bytes: bytes | None,
+        info: TopicInfo,
+        started_ms: int,
+        yield_at: int,
+    ) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
+        """A run's first unkeyed record, the one-record way (sticky counts it there).
+
+        The partition (fixed, or the sticky one), then its open batch or a new one.
+        Returns the batch, the record's index in it, and the sticky state (None: fixed).
+        """
+        if partition is not None:
+            p, sticky = partition, None
+        else:
+            p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
+        tp = tps[p]
+        opened = self.append(tp, timestamp_ms, None, value, header_bytes, sticky, info)
+        if opened is None:
+            opened = await self.append_new_batch(
+                tp, timestamp_ms, None, value, header_bytes, sticky, info, started_ms, yield_at
+            )
+        batch, index = opened
+        bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+        return batch, index, sticky
+
+    def _close_run(
+        self,
+        bulk: BulkDelivery,
+        batch: ProducerBatch,
+        before: int,
+        start: int,
+        sticky: StickyPartitionState | None,
+        timestamp_ms: int,
+        info: TopicInfo,
+    ) -> int:
+        """Account for a run's bulk append; returns how many records it added.
+
+        ``before`` and ``start`` are the batch's bytes and records before it: the bulk
+        delivery counts what was added, a full batch wakes the sender, and sticky is fed
+        the bytes.
+        """
+        builder = batch.builder
+        if builder is None:  # pragma: no cover - the caller appended to it
+            return 0
+        added = builder.record_count - start
+        if added:
+            bulk._extend_last(added, timestamp_ms)
+        if builder.full:
+            batch.is_full = True
+            self.wakeup()
+        if sticky is not None:
+            sticky.on_append(
+                builder.size_in_bytes - before,
+                batch.is_full,
+                len(info.partitions),
+                info.available,
+                self._clock.monotonic_ms(),
+            )
+        return added
 
     async def _append_encodable(
         self,
@@ -424,18 +473,19 @@ class RecordAppender:
             size = -1 if value is None else len(value)
             if size > largest_value:
                 raise self.too_large(batch_of_one_size(-1, size, 0))
-            if partition is not None:
-                p, sticky = partition, None
-            else:
-                p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
-            tp = tps[p]
-            opened = self.append(tp, timestamp_ms, None, value, None, sticky, info)
-            if opened is None:
-                opened = await self.append_new_batch(
-                    tp, timestamp_ms, None, value, None, sticky, info, started_ms, yield_at
-                )
-            batch, index = opened
-            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            batch, index, sticky = await self._open_run(
+                bulk,
+                topic,
+                tps,
+                partition,
+                timestamp_ms,
+                value,
+                size,
+                None,
+                info,
+                started_ms,
+                yield_at,
+            )
             i += 1
             builder = batch.builder
             if builder is None or batch.is_full or i >= total:
@@ -464,21 +514,7 @@ class RecordAppender:
                     plan.next_sizes[k],
                 ):
                     value_sizes.extend(plan.value_sizes(i, end))
-            added = builder.record_count - start
-            if added:
-                bulk._extend_last(added, timestamp_ms)
-                i += added
-            if builder.full:
-                batch.is_full = True
-                self.wakeup()
-            if sticky is not None:
-                sticky.on_append(
-                    builder.size_in_bytes - before,
-                    batch.is_full,
-                    len(tps),
-                    info.available,
-                    self._clock.monotonic_ms(),
-                )
+            i += self._close_run(bulk, batch, before, start, sticky, timestamp_ms, info)
 
     async def append_keyed(
         self,
