@@ -155,7 +155,9 @@ class PartitionWriter:
                 bulk = await producer.send_many(
                     topic,
                     # unkeyed: encoded straight from the Arrow buffers (spark/encoder.py)
-                    ArrowValues(part_values) if part_keys is None else part_values.to_pylist(),
+                    ArrowValues(part_values)
+                    if part_keys is None and ArrowValues.takes(part_values.type)
+                    else part_values.to_pylist(),
                     keys=None if part_keys is None else part_keys.to_pylist(),
                     partition=partition,
                 )

@@ -101,9 +101,14 @@ class ArrowValues(EncodableValues):
         array: the values; view ``string`` columns as ``binary`` first (no copy).
     """
 
+    @staticmethod
+    def takes(kind: pa.DataType) -> bool:
+        """Whether an array of this type can be a column (binary or large_binary)."""
+        return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
     def __init__(self, array: pa.Array) -> None:
         kind = array.type
-        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        if not self.takes(kind):
             raise TypeError(f"ArrowValues takes binary or large_binary, got {kind}")
         self._array = array
         self._large = pa.types.is_large_binary(kind)

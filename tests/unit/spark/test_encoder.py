@@ -156,6 +156,8 @@ def test_sliced_arrays_and_strings_viewed_as_binary() -> None:
     )
     with pytest.raises(TypeError):
         ArrowValues(array_)
+    assert not ArrowValues.takes(pa.binary_view())  # the writer sends these as a list
+    assert ArrowValues.takes(pa.large_binary())
 
 
 # --- the append path ---------------------------------------------------------------------
