@@ -93,6 +93,9 @@ class RecordAppender:
         #: ``schedule(now_ms, delay_ms)``: a pass is needed by then (the sender's timer moves
         #: if it sleeps longer; no extra pass as with ``wakeup``).
         self.schedule: Callable[[int, int], None] = _no_schedule
+        #: A transactional producer's partitions join the transaction before their first
+        #: record is appended (protocol 1: AddPartitionsToTxn); the send path sets it.
+        self.enlist: Callable[[TopicPartition], None] = _no_enlist
         self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         #: When a new batch last gave the loop a turn (see :data:`MAX_HOLD_MS`).
         self._turn_ms = clock.monotonic_ms()
@@ -397,6 +400,7 @@ class RecordAppender:
         else:
             p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
         tp = tps[p]
+        self.enlist(tp)
         opened = self.append(tp, timestamp_ms, None, value, header_bytes, sticky, info)
         if opened is None:
             opened = await self.append_new_batch(
@@ -550,6 +554,7 @@ class RecordAppender:
             while run_end < total and partitions[by_partition[run_end]] == p:
                 run_end += 1
             tp = tps[p]
+            self.enlist(tp)
             indexes = iter(by_partition[run_start:run_end])
             run_start = run_end
             pending = next(indexes, -1)
@@ -610,6 +615,10 @@ def _append_with_headers(
 
 def _no_schedule(now_ms: int, delay_ms: int) -> None:
     return None
+
+
+def _no_enlist(tp: TopicPartition) -> None:
+    pass
 
 
 def _no_wakeup() -> None:
