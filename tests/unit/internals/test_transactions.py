@@ -389,7 +389,8 @@ def test_a_commit_cancelled_after_its_end_txn_is_finished_by_commit_only() -> No
     txn.begin_commit()  # resumes: only the EndTxn is sent again
     assert txn.end_txn_sent
     txn.end_done()
-    assert state(txn) is TxnState.READY and not txn.end_txn_sent
+    assert state(txn) is TxnState.READY
+    assert not txn.end_txn_sent
     txn.begin()
     txn.begin_commit()
     txn.commit_cancelled()  # a new transaction's commit starts from scratch
