@@ -141,17 +141,20 @@ def test_a_failed_job_leaves_nothing_visible(
     @udf("string", useArrow=False)
     def partition_1_always_fails(i: int) -> str:
         if i == 9000:
-            # A gate, not a race: Spark's partition 1 fails only once partition 0's 5,000
-            # rows are in the topic (uncommitted), so the job's abort has something to hide
-            # (else its 4 attempts could all fail before partition 0 wrote a row).
+            # A gate, not a race: Spark's partition 1 fails only once Spark's partition 0
+            # wrote its 5,000 rows (uncommitted, over both topic partitions), so the job's
+            # abort has something to hide (else its 4 attempts could all fail first).
             from confluent_kafka import Consumer, TopicPartition
 
             consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gate"})
             try:
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline:
-                    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), 10)
-                    if high >= 5000:
+                    highs = [
+                        consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                        for p in (0, 1)
+                    ]
+                    if sum(highs) >= 5000:
                         break
                     time.sleep(0.1)
             finally:
