@@ -146,7 +146,14 @@ def test_a_failed_job_leaves_nothing_visible(
             # abort has something to hide (else its 4 attempts could all fail first).
             from confluent_kafka import Consumer, TopicPartition
 
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gate"})
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": "gate",
+                    # else librdkafka's high watermark is the last stable offset
+                    "isolation.level": "read_uncommitted",
+                }
+            )
             try:
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline:
