@@ -188,7 +188,9 @@ class Producer(ProducerLifecycle):
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise bad_partition(partition)
-        if not path.interceptors and path.key_plain and path.value_plain and self._txn is None:
+        if not path.interceptors and path.key_plain and path.value_plain:
+            if self._txn is not None:
+                self._txn.check_send()  # in a transaction (its partitions enlist per run)
             info = self._metadata.snapshot.topics.get(topic)
             started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):

@@ -22,15 +22,27 @@ importing this package does not import them. aiokprod must be installed on the e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from aiokprod.spark.committer import CommitReport, Committer, ExactlyOnceCommitError
 from aiokprod.spark.dataframe import write_dataframe
+from aiokprod.spark.exactly_once import check_prefix
 from aiokprod.spark.results import PartitionResult, SparkWriteError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FORMAT", "PartitionResult", "SparkWriteError", "register", "write_dataframe"]
+__all__ = [
+    "FORMAT",
+    "CommitReport",
+    "ExactlyOnceCommitError",
+    "PartitionResult",
+    "SparkWriteError",
+    "recover_transactions",
+    "register",
+    "write_dataframe",
+]
 
 #: The data source's format name.
 FORMAT = "aiokprod"
@@ -54,6 +66,32 @@ def register(spark: SparkSession) -> None:
             f"pip install 'aiokprod[spark]' ({exc})"
         ) from exc
     spark.dataSource.register(AiokprodDataSource)
+
+
+def recover_transactions(
+    bootstrap_servers: str | Sequence[str], transactional_id_prefix: str, **options: Any
+) -> CommitReport:
+    """Finish what a crashed exactly-once job or query of this sink left in Kafka.
+
+    Completes a commit its driver had decided and not finished (the partitions whose
+    transaction is still open are committed), then aborts every other open transaction of
+    the prefix, so that none holds read_committed consumers back until its timeout. A new
+    batch job with the same prefix does this by itself before its tasks start; a stopped
+    streaming query's open transactions are aborted by its restart. Call this when neither
+    will happen - and only while no job or query of this sink runs (it would abort their
+    transactions too).
+
+    Args:
+        bootstrap_servers: where to connect.
+        transactional_id_prefix: the sink's ``transactionalIdPrefix``.
+        **options: producer options for the connection (security, timeouts).
+
+    Returns:
+        What was committed, found lost and aborted.
+    """
+    prefix = check_prefix(transactional_id_prefix)
+    committer = Committer(bootstrap_servers, options, prefix, streaming=False)
+    return committer.recover(fence_open=True)
 
 
 def require_spark() -> None:

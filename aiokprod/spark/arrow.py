@@ -5,9 +5,11 @@ pickled to the executors, and called once per task with the partition's Arrow ba
 runs ``asyncio.run()`` around an aiokprod :class:`~aiokprod.Producer`:
 
 - binary and string columns are read straight from the Arrow arrays (``string`` is viewed
-  as ``binary``, no decoding), one ``to_pylist()`` per column per batch, and handed to
-  :meth:`Producer.send_many` — one call per (topic, partition) group of a batch, no
-  ``Row`` and no future per record;
+  as ``binary``, no decoding) and handed to :meth:`Producer.send_many` — one call per
+  (topic, partition) group of a batch, no ``Row`` and no future per record; unkeyed values
+  as an :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append
+  path encodes batch by batch straight from the Arrow buffers, keyed ones (hashed per key)
+  with one ``to_pylist()`` per column;
 - rows with headers (``send_many`` takes one header set per call) go through
   :meth:`Producer.send` one by one, counted by delivery callbacks;
 - the first failure stops the partition: the rows after it are *not sent*.
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.producer import Producer
+from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+from aiokprod.spark.heap import freeze_after_first_task
 from aiokprod.spark.options import unseal
 from aiokprod.spark.results import PartitionResult
 
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from aiokprod import DeliveryFuture
     from aiokprod.internals.bulk import BulkDelivery  # what send_many returns
 
-__all__ = ["PartitionWriter"]
+__all__ = ["PartitionWriter", "first_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +54,8 @@ class PartitionWriter:
             records; None waits (bounded by ``delivery_timeout_ms``).
         client_id_prefix: without a ``client_id`` option, partition N uses
             ``<prefix>-N``.
+        exactly_once: write in a transaction prepared for the driver to commit
+            (``deliveryGuarantee=exactly-once``); None for at-least-once.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -57,28 +63,53 @@ class PartitionWriter:
     topic: str | None
     close_timeout: float | None = None
     client_id_prefix: str = "aiokprod-spark"
+    exactly_once: ExactlyOnceTask | None = None
 
     def __repr__(self) -> str:  # options may hold credentials: never show them
         return f"<aiokprod.spark partition writer topic={self.topic!r}>"
 
     def write(
-        self, index: int, batches: Iterable[pa.RecordBatch], attempt: int = 0
+        self,
+        index: int,
+        batches: Iterable[pa.RecordBatch],
+        attempt: int = 0,
+        micro_batch: MicroBatch | None = None,
     ) -> PartitionResult:
         """Send every row of ``batches``; wait for the acknowledgements; return the counts.
+
+        With :attr:`exactly_once`, the rows go into a transaction that is prepared, not
+        committed (the driver commits it); ``micro_batch`` names the streaming micro-batch
+        whose marker the task checks and writes.
 
         A fresh event loop per call: nothing is shared with, or left to, the next task that
         this (possibly reused) Python worker runs.
         """
-        return asyncio.run(self._write(index, attempt, iter(batches)))
+        result = asyncio.run(self._write(index, attempt, iter(batches), micro_batch))
+        freeze_after_first_task()  # the worker's later per-task collections (spark/heap.py)
+        return result
 
-    async def _write(
-        self, index: int, attempt: int, batches: Iterator[pa.RecordBatch]
-    ) -> PartitionResult:
+    def producer_options(self, index: int) -> dict[str, Any]:
+        """The options of partition ``index``'s producer, credentials unsealed."""
         # Unsealed only here, on the executor: the config wraps them in Secrets again.
         options = {k: unseal(v) for k, v in self.options.items()}
         options.setdefault("client_id", f"{self.client_id_prefix}-{index}")
+        return options
+
+    async def _write(
+        self,
+        index: int,
+        attempt: int,
+        batches: Iterator[pa.RecordBatch],
+        micro_batch: MicroBatch | None,
+    ) -> PartitionResult:
         tally = _Tally()
-        producer = Producer(self.bootstrap_servers, **options)
+        if self.exactly_once is not None:
+            from aiokprod.spark.txn_task import write_transaction
+
+            return await write_transaction(
+                self, index, attempt, _read_ahead(batches), tally, micro_batch
+            )
+        producer = Producer(self.bootstrap_servers, **self.producer_options(index))
         started = False
         try:
             try:
@@ -86,34 +117,38 @@ class PartitionWriter:
                 started = True
             except Exception as exc:
                 tally.fail(0, exc)
-            async for batch in _read_ahead(batches):
-                rows = batch.num_rows
-                tally.rows += rows
-                if tally.stopped:  # stop at the first failure, as Spark's sink does
-                    tally.not_sent += rows
-                    continue
-                if rows:
-                    await self._send_batch(producer, batch, tally)
-                    tally.collect()
+            await self.send_all(producer, _read_ahead(batches), tally)
         finally:
             if started:
-                try:
-                    await producer.close(self.close_timeout)
-                except Exception as exc:
-                    tally.fail(0, exc)
+                await self.close_producer(producer, tally)
             tally.collect(final=True)
-        return PartitionResult(
-            index,
-            tally.rows,
-            tally.delivered,
-            tally.rows - tally.delivered - tally.not_sent,
-            tally.not_sent,
-            tally.first_error,
-            attempt,
-        )
+        return tally.result(index, attempt)
+
+    async def send_all(
+        self, producer: Producer, batches: AsyncIterator[pa.RecordBatch], tally: _Tally
+    ) -> None:
+        """Send the rows of every batch; after the first failure, count the rest as not sent."""
+        async for batch in batches:
+            rows = batch.num_rows
+            tally.rows += rows
+            if tally.stopped:  # stop at the first failure, as Spark's sink does
+                tally.not_sent += rows
+                continue
+            if rows:
+                await self._send_batch(producer, batch, tally)
+                tally.collect()
+
+    async def close_producer(self, producer: Producer, tally: _Tally) -> None:
+        """Close (delivering or failing what was accepted); a failure to close is counted."""
+        try:
+            await producer.close(self.close_timeout)
+        except Exception as exc:
+            tally.fail(0, exc)
 
     async def _send_batch(self, producer: Producer, batch: pa.RecordBatch, tally: _Tally) -> None:
         import pyarrow.compute as pc
+
+        from aiokprod.spark.encoder import ArrowValues
 
         at = {name.lower(): i for i, name in enumerate(batch.schema.names)}
         values = _binary(batch.column(at["value"]))
@@ -147,7 +182,10 @@ class PartitionWriter:
             try:
                 bulk = await producer.send_many(
                     topic,
-                    part_values.to_pylist(),
+                    # unkeyed: encoded straight from the Arrow buffers (spark/encoder.py)
+                    ArrowValues(part_values)
+                    if part_keys is None and ArrowValues.takes(part_values.type)
+                    else part_values.to_pylist(),
                     keys=None if part_keys is None else part_keys.to_pylist(),
                     partition=partition,
                 )
@@ -177,6 +215,27 @@ async def _read_ahead(batches: Iterator[pa.RecordBatch]) -> AsyncIterator[pa.Rec
                 return
             upcoming = loop.run_in_executor(reader, next, batches, None)
             yield batch
+
+
+async def first_rows(
+    batches: AsyncIterator[pa.RecordBatch],
+) -> tuple[pa.RecordBatch | None, AsyncIterator[pa.RecordBatch]]:
+    """The first batch with rows (None: the partition is empty) and every batch after it.
+
+    Empty batches before it are dropped (they hold no rows to count).
+    """
+    async for batch in batches:
+        if batch.num_rows:
+            return batch, _chain(batch, batches)
+    return None, batches
+
+
+async def _chain(
+    first: pa.RecordBatch, rest: AsyncIterator[pa.RecordBatch]
+) -> AsyncIterator[pa.RecordBatch]:
+    yield first
+    async for batch in rest:
+        yield batch
 
 
 def _binary(array: Any) -> Any:
@@ -285,6 +344,19 @@ class _Tally:
             self.delivered += 1
         else:
             self.fail(1, error)
+
+    def result(self, index: int, attempt: int, **extra: Any) -> PartitionResult:
+        """The partition's counts."""
+        return PartitionResult(
+            index,
+            self.rows,
+            self.delivered,
+            self.rows - self.delivered - self.not_sent,
+            self.not_sent,
+            self.first_error,
+            attempt,
+            **extra,
+        )
 
     def collect(self, final: bool = False) -> None:
         """Count the bulk deliveries that completed (all of them when ``final``)."""

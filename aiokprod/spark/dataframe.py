@@ -15,6 +15,7 @@ its task: every partition reports its counts and the driver raises
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,17 @@ from aiokprod.config import ProducerConfig
 from aiokprod.errors import ConfigError
 from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.columns import check_schema
-from aiokprod.spark.options import seal_secrets
+from aiokprod.spark.committer import Committer
+from aiokprod.spark.exactly_once import (
+    AT_LEAST_ONCE,
+    ExactlyOnceTask,
+    TaskAction,
+    TaskResult,
+    transactional_id,
+)
+from aiokprod.spark.options import guarantee_options, seal_secrets
 from aiokprod.spark.results import PartitionResult, SparkWriteError
+from aiokprod.types import PreparedTransaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,7 +42,8 @@ __all__ = ["write_dataframe"]
 
 _RESULT_SCHEMA = (
     "partition int, rows long, delivered long, failed long, not_sent long, error string, "
-    "attempt int"
+    "attempt int, txn_id string, producer_id long, producer_epoch int, protocol int, "
+    "skipped boolean, topic string"
 )
 
 
@@ -42,6 +53,8 @@ def write_dataframe(
     *,
     topic: str | None = None,
     close_timeout: float | None = None,
+    delivery_guarantee: str = AT_LEAST_ONCE,
+    transactional_id_prefix: str | None = None,
     **options: Any,
 ) -> dict[int, int]:
     """Write every row of ``df`` to Kafka; one producer per Spark partition.
@@ -54,6 +67,12 @@ def write_dataframe(
             both are present this wins, as with Spark's ``topic`` option.
         close_timeout: seconds each partition's producer waits, when closing, for records
             not yet acknowledged; None waits (bounded by ``delivery_timeout_ms``).
+        delivery_guarantee: ``"at-least-once"`` (the default) or ``"exactly-once"``: every
+            partition writes in a transaction that the driver commits once all succeeded, so
+            read_committed consumers see all rows once or none (docs/spark.md, "Exactly-once");
+            a failing partition then fails its task, which Spark retries without duplicates.
+        transactional_id_prefix: required with ``"exactly-once"``: unique to this sink and
+            the same for every run of the job (transactional ids ``<prefix>-<partition>``).
         **options: producer options, exactly as for :class:`~aiokprod.Producer` (credentials
             included). They are validated here, on the driver, and shipped to the executors
             inside the task closure; they are never logged. Without ``client_id``, partition
@@ -64,40 +83,79 @@ def write_dataframe(
 
     Raises:
         ConfigError: a bad producer option, a missing ``value`` column, a column of the
-            wrong type, or neither a ``topic`` column nor ``topic=``.
+            wrong type, neither a ``topic`` column nor ``topic=``, or a bad
+            ``delivery_guarantee`` / missing ``transactional_id_prefix``.
         SparkWriteError: some rows were not delivered; its message and ``results`` give
-            the counts of every partition and the first error.
+            the counts of every partition and the first error. Exactly-once: a failing
+            partition fails its task instead, which Spark retries; when Spark gives up, the
+            job fails with Spark's exception (holding this error's message) and none of the
+            rows is visible to read_committed consumers.
+        ExactlyOnceCommitError: exactly-once: the driver could not commit every partition's
+            transaction (see its ``committed`` and ``lost``).
         ImportError: PySpark or pyarrow is not installed.
     """
     from aiokprod.spark import require_spark
 
     require_spark()
-    ProducerConfig.from_options(bootstrap_servers, **options)  # fail on the driver, not later
+    options = dict(options)
+    prefix = guarantee_options(delivery_guarantee, transactional_id_prefix, options)
+    transactional = {} if prefix is None else {"transactional_id": transactional_id(prefix, 0)}
+    # fail on the driver, not later
+    ProducerConfig.from_options(bootstrap_servers, **options, **transactional)
     columns = check_schema(df.schema, topic)
+    eos = None if prefix is None else ExactlyOnceTask(prefix, streaming=False)
     writer = PartitionWriter(
-        bootstrap_servers, _shippable(options), topic, close_timeout=close_timeout
+        bootstrap_servers, _shippable(options), topic, close_timeout=close_timeout, exactly_once=eos
     )
+    committer = None
+    if prefix is not None:
+        committer = Committer(bootstrap_servers, options, prefix, streaming=False)
+        committer.recover(fence_open=True)
     by_name = {f.name.lower(): f.name for f in df.schema.fields}
     selected = df.select(*(by_name[c] for c in columns))
-    rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
-    results = sorted(
-        (
-            PartitionResult(
-                r["partition"],
-                r["rows"],
-                r["delivered"],
-                r["failed"],
-                r["not_sent"],
-                r["error"],
-                r["attempt"],
-            )
-            for r in rows
-        ),
-        key=lambda r: r.partition,
-    )
+    try:
+        rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
+    except BaseException:
+        if committer is not None:  # a task failed for good: abort whatever it left open
+            committer.recover(fence_open=True)
+        raise
+    results = sorted((_result(r) for r in rows), key=lambda r: r.partition)
+    task_results = [
+        TaskResult(
+            r.partition,
+            TaskAction.WRITE if r.transaction is not None else TaskAction.NOTHING,
+            r.transaction,
+            r.topic,
+        )
+        for r in results
+    ]
+    run_id = uuid.uuid4().hex
     if not all(r.ok for r in results):
+        if committer is not None:
+            committer.abort(run_id, None, task_results)
         raise SparkWriteError(results)
+    if committer is not None:
+        committer.commit(run_id, None, task_results)
     return {r.partition: r.delivered for r in results}
+
+
+def _result(r: Any) -> PartitionResult:
+    """A result row of the ``mapInArrow`` job as a :class:`PartitionResult`."""
+    txn = None
+    if r["txn_id"] is not None:
+        txn = PreparedTransaction(r["txn_id"], r["producer_id"], r["producer_epoch"], r["protocol"])
+    return PartitionResult(
+        r["partition"],
+        r["rows"],
+        r["delivered"],
+        r["failed"],
+        r["not_sent"],
+        r["error"],
+        r["attempt"],
+        transaction=txn,
+        skipped=bool(r["skipped"]),
+        topic=r["topic"],
+    )
 
 
 class _MapWriter:
@@ -117,6 +175,10 @@ class _MapWriter:
         index = context.partitionId() if context is not None else 0
         attempt = context.attemptNumber() if context is not None else 0
         r = self.writer.write(index, batches, attempt)
+        if self.writer.exactly_once is not None and not r.ok:
+            # The attempt's transaction is aborted: Spark's retry cannot duplicate anything.
+            raise SparkWriteError([r])
+        txn = r.transaction
         yield pa.RecordBatch.from_pydict(
             {
                 "partition": pa.array([r.partition], pa.int32()),
@@ -126,6 +188,14 @@ class _MapWriter:
                 "not_sent": pa.array([r.not_sent], pa.int64()),
                 "error": pa.array([r.error], pa.string()),
                 "attempt": pa.array([r.attempt], pa.int32()),
+                "txn_id": pa.array([None if txn is None else txn.transactional_id], pa.string()),
+                "producer_id": pa.array([None if txn is None else txn.producer_id], pa.int64()),
+                "producer_epoch": pa.array(
+                    [None if txn is None else txn.producer_epoch], pa.int32()
+                ),
+                "protocol": pa.array([None if txn is None else txn.protocol], pa.int32()),
+                "skipped": pa.array([r.skipped], pa.bool_()),
+                "topic": pa.array([r.topic], pa.string()),
             }
         )
 

@@ -4,6 +4,8 @@ Every data source option arrives as a string, with a lower-cased name (Spark's
 ``CaseInsensitiveDict``). The sink takes the options of Spark's own Kafka sink:
 
 - ``kafka.bootstrap.servers`` (required) and ``topic``;
+- ``deliveryGuarantee`` (``at-least-once``, the default, or ``exactly-once``) and
+  ``transactionalIdPrefix`` (required with ``exactly-once``): ours, in the same spelling;
 - ``kafka.<Java producer option>``: the Java name with dots turned into underscores is our
   option (``kafka.linger.ms`` -> ``linger_ms``), typed from :class:`ProducerConfig`'s
   annotations and validated by :meth:`ProducerConfig.from_options`. A few Java names need a
@@ -27,12 +29,21 @@ from typing import Any
 from aiokprod import config as config_module
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import ConfigError
+from aiokprod.spark.exactly_once import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    GUARANTEES,
+    check_prefix,
+    transactional_id,
+)
 
 __all__ = [
+    "EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS",
     "JAVA_ONLY",
     "SPARK_OPTIONS",
     "Sealed",
     "SinkOptions",
+    "guarantee_options",
     "is_secret",
     "parse_sink_options",
     "seal_secrets",
@@ -42,6 +53,13 @@ __all__ = [
 #: Options Spark itself may hand to a sink (or a Kafka sink user may carry over): accepted
 #: and ignored. ``includeHeaders`` is a Kafka *source* option that Spark's sink accepts too.
 SPARK_OPTIONS = frozenset({"includeheaders", "checkpointlocation", "path", "queryname"})
+
+#: The sink's own options (lower-cased, as Spark hands them over) and their spelling.
+_SINK_OPTIONS = {
+    "topic": "topic",
+    "deliveryguarantee": "deliveryGuarantee",
+    "transactionalidprefix": "transactionalIdPrefix",
+}
 
 #: Java producer options that have no aiokprod equivalent as written, and why.
 JAVA_ONLY: dict[str, str] = {
@@ -123,17 +141,42 @@ def seal_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
     return sealed
 
 
+#: ``transaction_timeout_ms`` of exactly-once writes unless ``kafka.transaction.timeout.ms`` is
+#: set: the broker's default ``transaction.max.timeout.ms`` (15 min). A batch job's
+#: transactions stay open until the whole job commits, a micro-batch's until its commit.
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
+
+
 @dataclasses.dataclass(frozen=True)
 class SinkOptions:
-    """The sink's options, parsed: where to connect, the topic, typed producer options."""
+    """The sink's options, parsed: where to connect, the topic, typed producer options.
+
+    Attributes:
+        bootstrap_servers: ``kafka.bootstrap.servers``.
+        topic: the ``topic`` option, or None.
+        producer_options: typed producer options, credentials sealed.
+        delivery_guarantee: ``deliveryGuarantee``: ``at-least-once`` or ``exactly-once``.
+        transactional_id_prefix: ``transactionalIdPrefix`` (exactly-once), else None.
+    """
 
     bootstrap_servers: str
     topic: str | None
     producer_options: Mapping[str, Any]
+    delivery_guarantee: str = AT_LEAST_ONCE
+    transactional_id_prefix: str | None = None
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the sink writes exactly once."""
+        return self.delivery_guarantee == EXACTLY_ONCE
 
     def __repr__(self) -> str:  # the producer options may hold credentials
         names = ", ".join(sorted(self.producer_options))
-        return f"SinkOptions(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, producer options: {names})"  # noqa: E501
+        return (
+            f"SinkOptions(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
+            f"delivery_guarantee={self.delivery_guarantee!r}, "
+            f"transactional_id_prefix={self.transactional_id_prefix!r}, producer options: {names})"
+        )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -144,28 +187,33 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             a value the producer refuses. Credentials are never part of the message.
     """
     bootstrap: str | None = None
-    topic: str | None = None
+    sink: dict[str, str] = {}  # topic, deliveryguarantee, transactionalidprefix
     typed: dict[str, Any] = {}
     hints = typing.get_type_hints(ProducerConfig)
     for raw_name, text in options.items():
         name = raw_name.lower()
-        if name == "topic":
-            topic = text
-            if not topic:
-                raise ConfigError("option topic: must not be empty")
+        if name in _SINK_OPTIONS:
+            sink[name] = text
             continue
         if name in SPARK_OPTIONS:
             continue
         if not name.startswith("kafka."):
-            known = ["topic", "kafka.bootstrap.servers", "kafka.<Java producer option>"]
             raise ConfigError(
-                f"unknown option {raw_name!r} for format('aiokprod'): it takes " + ", ".join(known)
+                f"unknown option {raw_name!r} for format('aiokprod'): it takes "
+                + ", ".join([*_SINK_OPTIONS.values(), "kafka.bootstrap.servers"])
+                + ", kafka.<Java producer option>"
             )
         java = name[len("kafka.") :]
         ours = java.replace(".", "_").replace("-", "_")
         if ours == "bootstrap_servers":
             bootstrap = text
             continue
+        if ours == "transactional_id":
+            raise ConfigError(
+                f"option {raw_name} is not supported: every Spark task needs its own "
+                "transactional id; set deliveryGuarantee=exactly-once and "
+                "transactionalIdPrefix instead"
+            )
         if ours == "partitioner_class":
             typed["partitioner"] = _partitioner(raw_name, text)
             continue
@@ -184,11 +232,48 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         typed[ours] = _convert(raw_name, ours, text, hints[ours])
     if not bootstrap:
         raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port])")
+    topic = sink.get("topic")
+    if topic is not None and not topic:
+        raise ConfigError("option topic: must not be empty")
+    text = sink.get("deliveryguarantee", AT_LEAST_ONCE)
+    guarantee = text.strip().lower()
+    if guarantee not in GUARANTEES:
+        raise ConfigError(
+            f"option deliveryGuarantee: {text!r} is not one of {', '.join(GUARANTEES)}"
+        )
+    prefix = guarantee_options(guarantee, sink.get("transactionalidprefix"), typed)
     try:
-        ProducerConfig.from_options(bootstrap, **typed)
+        ProducerConfig.from_options(bootstrap, **typed, **_as_transactional(prefix))
     except ConfigError as exc:
         raise ConfigError(f"format('aiokprod') options: {exc}") from None
-    return SinkOptions(bootstrap, topic, seal_secrets(typed))
+    return SinkOptions(bootstrap, topic, seal_secrets(typed), guarantee, prefix)
+
+
+def guarantee_options(guarantee: str, prefix: str | None, typed: dict[str, Any]) -> str | None:
+    """Check the guarantee's options; exactly-once gets its default transaction timeout.
+
+    Returns:
+        The checked prefix (exactly-once), or None.
+
+    Raises:
+        ConfigError: a bad value, a missing prefix, or a prefix without exactly-once.
+    """
+    if guarantee not in GUARANTEES:
+        raise ConfigError(f"deliveryGuarantee {guarantee!r} is not one of {', '.join(GUARANTEES)}")
+    if guarantee != EXACTLY_ONCE:
+        if prefix is not None:
+            raise ConfigError(
+                "option transactionalIdPrefix: only used with deliveryGuarantee=exactly-once"
+            )
+        return None
+    prefix = check_prefix(prefix if prefix is not None else "")
+    typed.setdefault("transaction_timeout_ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
+    return prefix
+
+
+def _as_transactional(prefix: str | None) -> dict[str, Any]:
+    """What makes the driver's check see the options as a task's transactional producer."""
+    return {} if prefix is None else {"transactional_id": transactional_id(prefix, 0)}
 
 
 def _scalar_types(hint: Any) -> set[type]:

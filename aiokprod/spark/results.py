@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from aiokprod.errors import KafkaError
+from aiokprod.types import PreparedTransaction
 
 __all__ = ["PartitionResult", "SparkWriteError"]
 
@@ -26,6 +27,11 @@ class PartitionResult:
         not_sent: rows not sent because an earlier record of the partition had failed.
         error: the partition's first error, as ``"TypeName: message"``, or None.
         attempt: the task attempt (0 for the first; Spark retries count up).
+        transaction: exactly-once: the prepared transaction the driver commits, or None
+            (at-least-once, an empty partition, a skipped replay, or a failure).
+        skipped: exactly-once streaming: a replayed micro-batch whose rows this partition
+            had committed already; nothing was written (``delivered`` counts them).
+        topic: exactly-once: the topic of the partition's first row.
     """
 
     partition: int
@@ -35,6 +41,9 @@ class PartitionResult:
     not_sent: int
     error: str | None = None
     attempt: int = 0
+    transaction: PreparedTransaction | None = None
+    skipped: bool = False
+    topic: str | None = None
 
     @property
     def ok(self) -> bool:

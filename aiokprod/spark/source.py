@@ -5,13 +5,17 @@ Imported by :func:`aiokprod.spark.register` only: it needs pyspark and pyarrow.
 Where each piece runs: :class:`AiokprodDataSource` and its ``writer()`` /
 ``streamWriter()`` run on the driver, which parses and validates the options and the
 schema (a mistake fails there, before any task); the writer is pickled to the executors,
-where ``write()`` runs once per task with the partition's Arrow batches.
+where ``write()`` runs once per task with the partition's Arrow batches. ``commit()`` and
+``abort()`` run on the driver (for streaming, in a fresh process per micro-batch that calls
+``streamWriter()`` again); writing exactly once, they end the tasks' transactions
+(:mod:`aiokprod.spark.committer`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -24,7 +28,9 @@ from pyspark.sql.datasource import (
 from aiokprod.errors import ConfigError
 from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.columns import check_schema
-from aiokprod.spark.options import parse_sink_options
+from aiokprod.spark.committer import Committer
+from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch, TaskAction, TaskResult
+from aiokprod.spark.options import parse_sink_options, unseal
 from aiokprod.spark.results import PartitionResult, SparkWriteError
 
 __all__ = ["FORMAT", "AiokprodDataSource", "PartitionCommitMessage"]
@@ -34,9 +40,24 @@ FORMAT = "aiokprod"
 
 @dataclasses.dataclass(frozen=True)
 class PartitionCommitMessage(WriterCommitMessage):
-    """What a task that succeeded sends to the driver's ``commit()``: its counts."""
+    """What a task that succeeded sends to the driver's ``commit()``.
+
+    Its counts, and, writing exactly once, its prepared transaction and micro-batch.
+    """
 
     result: PartitionResult
+    micro_batch: MicroBatch | None = None
+
+    def task_result(self) -> TaskResult:
+        """The driver's view of the task (:func:`~aiokprod.spark.exactly_once.plan_commit`)."""
+        r = self.result
+        if r.skipped:
+            action = TaskAction.SKIP
+        elif r.transaction is not None:
+            action = TaskAction.WRITE
+        else:
+            action = TaskAction.NOTHING
+        return TaskResult(r.partition, action, r.transaction, r.topic)
 
 
 class AiokprodDataSource(DataSource):
@@ -47,7 +68,9 @@ class AiokprodDataSource(DataSource):
         """The format name: ``aiokprod``."""
         return FORMAT
 
-    def _partition_writer(self, schema: Any, overwrite: bool) -> PartitionWriter:
+    def _sink(
+        self, schema: Any, overwrite: bool, streaming: bool
+    ) -> tuple[PartitionWriter, Committer | None]:
         if overwrite:
             raise ConfigError(
                 "format('aiokprod') appends to Kafka topics: use mode('append') "
@@ -55,15 +78,47 @@ class AiokprodDataSource(DataSource):
             )
         sink = parse_sink_options(self.options)
         check_schema(schema, sink.topic)
-        return PartitionWriter(sink.bootstrap_servers, sink.producer_options, sink.topic)
+        prefix = sink.transactional_id_prefix
+        eos = None if prefix is None else ExactlyOnceTask(prefix, streaming)
+        writer = PartitionWriter(
+            sink.bootstrap_servers, sink.producer_options, sink.topic, exactly_once=eos
+        )
+        committer = None
+        if prefix is not None:
+            committer = Committer(
+                sink.bootstrap_servers, driver_options(sink.producer_options), prefix, streaming
+            )
+        return writer, committer
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
-        """The batch writer (driver side: options and columns are checked here)."""
-        return _BatchWriter(self._partition_writer(schema, overwrite))
+        """The batch writer (driver side: options and columns are checked here).
+
+        Writing exactly once, it first recovers the prefix's transactions: a commit an earlier
+        job's driver decided and did not finish is completed, every other open transaction
+        aborted (no task of this sink runs yet).
+        """
+        writer, committer = self._sink(schema, overwrite, streaming=False)
+        if committer is not None:
+            committer.recover(fence_open=True)
+        return _BatchWriter(writer, committer, uuid.uuid4().hex)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        """The Structured Streaming writer."""
-        return _StreamWriter(self._partition_writer(schema, False))
+        """The Structured Streaming writer.
+
+        Spark calls it on the driver for every micro-batch, to plan it and again to commit it.
+        Writing exactly once, it completes a commit an earlier driver decided and did not
+        finish; it aborts nothing (the micro-batch's own transactions may be waiting for this
+        commit): replayed tasks fence their partition's older transaction themselves.
+        """
+        writer, committer = self._sink(schema, False, streaming=True)
+        if committer is not None:
+            committer.recover(fence_open=False)
+        return _StreamWriter(writer, committer)
+
+
+def driver_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer options the driver's admin client connects with (credentials unsealed)."""
+    return {k: unseal(v) for k, v in options.items() if k != "transactional_id"}
 
 
 def _write_task(writer: PartitionWriter, batches: Iterator[Any]) -> PartitionCommitMessage:
@@ -72,17 +127,37 @@ def _write_task(writer: PartitionWriter, batches: Iterator[Any]) -> PartitionCom
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
     attempt = context.attemptNumber() if context is not None else 0
-    result = writer.write(index, batches, attempt)
+    micro_batch = None
+    eos = writer.exactly_once
+    if eos is not None and eos.streaming and context is not None:
+        micro_batch = _micro_batch(context)
+    result = writer.write(index, batches, attempt, micro_batch)
     if not result.ok:
         # Fails the task attempt: Spark retries it (spark.task.maxFailures) or fails the job
-        # with this message; a retry sends the whole partition again (at-least-once).
+        # with this message. At-least-once: a retry sends the whole partition again.
+        # Exactly-once: the attempt's transaction is aborted (or fenced by the retry).
         raise SparkWriteError([result])
-    return PartitionCommitMessage(result)
+    return PartitionCommitMessage(result, micro_batch)
+
+
+def _micro_batch(context: Any) -> MicroBatch | None:
+    """The task's micro-batch, from the local properties Spark's MicroBatchExecution sets."""
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    query = context.getLocalProperty("sql.streaming.queryId")
+    if batch is None or query is None:
+        return None
+    return MicroBatch(str(query), int(batch))
+
+
+def _results(messages: list[WriterCommitMessage | None]) -> list[TaskResult | None]:
+    return [m.task_result() if isinstance(m, PartitionCommitMessage) else None for m in messages]
 
 
 class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, writer: PartitionWriter) -> None:
+    def __init__(self, writer: PartitionWriter, committer: Committer | None, run_id: str) -> None:
         self._writer = writer
+        self._committer = committer
+        self._run_id = run_id
 
     def __repr__(self) -> str:
         return f"<aiokprod batch writer {self._writer!r}>"
@@ -91,15 +166,27 @@ class _BatchWriter(DataSourceArrowWriter):
         return _write_task(self._writer, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Every task succeeded: the records are in Kafka already; nothing to do."""
+        """Every task succeeded: exactly-once commits every task's transaction.
+
+        At-least-once has nothing to do: the records are in Kafka already.
+        """
+        if self._committer is not None:
+            self._committer.commit(self._run_id, None, _results(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Some task failed: Kafka has no rollback; the succeeded partitions' records stay."""
+        """A task (or the commit) failed: exactly-once aborts every transaction.
+
+        Unless the commit was decided: it is completed then. At-least-once: Kafka has no
+        rollback, the succeeded partitions' records stay.
+        """
+        if self._committer is not None:
+            self._committer.abort(self._run_id, None, _results(messages))
 
 
 class _StreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, writer: PartitionWriter) -> None:
+    def __init__(self, writer: PartitionWriter, committer: Committer | None) -> None:
         self._writer = writer
+        self._committer = committer
 
     def __repr__(self) -> str:
         return f"<aiokprod stream writer {self._writer!r}>"
@@ -108,7 +195,30 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self._writer, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """The micro-batch's records are in Kafka already; nothing to do."""
+        """Exactly-once: commit every task's transaction of the micro-batch.
+
+        At-least-once: the micro-batch's records are in Kafka already.
+        """
+        if self._committer is not None:
+            self._committer.commit(_query_id(messages, batchId), batchId, _results(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """A task of the micro-batch failed; the records already delivered stay."""
+        """Exactly-once: abort the micro-batch's transactions (complete a decided commit).
+
+        At-least-once: the records already delivered stay.
+        """
+        if self._committer is not None:
+            self._committer.abort(_query_id(messages, batchId), batchId, _results(messages))
+
+
+def _query_id(messages: list[WriterCommitMessage | None], batch_id: int) -> str:
+    """The streaming query's id, from the tasks' messages ("" when no task knew it)."""
+    for m in messages:
+        if isinstance(m, PartitionCommitMessage) and m.micro_batch is not None:
+            if m.micro_batch.batch_id != batch_id:
+                raise ConfigError(
+                    f"commit(): a task wrote micro-batch {m.micro_batch.batch_id}, Spark "
+                    f"commits micro-batch {batch_id}"
+                )
+            return m.micro_batch.query_id
+    return ""

@@ -10,19 +10,23 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 
 def read_committed(
-    bootstrap: str, topic: str, partitions: int = 1, idle_s: float = 3.0
+    bootstrap: str,
+    topic: str,
+    partitions: int = 1,
+    idle_s: float = 3.0,
+    isolation: str = "read_committed",
 ) -> list[bytes]:
     """Every committed value of ``topic`` (librdkafka, isolation.level=read_committed).
 
     Reads until each partition reached its end (the last stable offset) and nothing new came
-    for ``idle_s``.
+    for ``idle_s``. ``isolation="read_uncommitted"`` reads aborted transactions' records too.
     """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"rc-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.partition.eof": True,
         }
     )
