@@ -16,6 +16,7 @@ when ``isLocal``). Two workers bound to 127.0.0.2 and 127.0.0.3 are two hosts to
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_chaos import (
+    EXACTLY_ONCE,
     MIN_WRITTEN,
     SPARK_CONF,
     WAIT_S,
@@ -167,6 +169,77 @@ class Driver:
         reaper.untrack(self.process)
         reaper.remove_cleanup(self)
 
+    def commit_runners(self) -> list[int]:
+        """The Python processes that run the sinks' streaming ``commit()`` on this driver
+        (forks of ``pyspark.daemon`` for ``python_streaming_sink_runner``)."""
+        below = descendants(self.process.pid)
+        daemons = {
+            p
+            for p in below
+            if cmdline(p).split()[-1:] == ["pyspark.sql.worker.python_streaming_sink_runner"]
+        }
+        return [p for p in daemons if (_stat(p) or (0, 0))[0] in daemons]
+
+    def kill_inside_commit(
+        self, bootstrap: str, prefix: str, checkpoint: Path, timeout_s: float, committed: int
+    ) -> str | None:
+        """Step the driver's commit runners (run 2 ms, SIGSTOP, look, SIGCONT) until a new
+        exactly-once commit decision of ``prefix`` is stored and not done - the driver is
+        between its decision and the end of its EndTxn calls - with at least ``committed``
+        of its transactions committed, and SIGKILL the driver there; what it left. None if
+        no such commit was caught in time. (A decision an earlier driver left not done is
+        the restarted driver's to complete: not a new one.)"""
+        from spark_chaos import committed_batches, wait_until
+
+        from aiokprod.admin import Admin
+        from aiokprod.spark.exactly_once import decision_group, latest_decision
+
+        before = committed_batches(checkpoint)
+        wait_until(
+            lambda: committed_batches(checkpoint) != before or not self.alive(),
+            timeout_s,
+            "a micro-batch",
+        )
+
+        def signal_all(pids: list[int], sig: int) -> None:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+
+        async def step() -> str | None:
+            async with Admin(bootstrap) as admin:
+                offsets = await admin.list_consumer_group_offsets(decision_group(prefix))
+                old = latest_decision(prefix, offsets)
+                deadline = time.monotonic() + timeout_s
+                runners: list[int] = []
+                looked = 0.0
+                while time.monotonic() < deadline and self.alive():
+                    if time.monotonic() - looked > 0.2:
+                        runners, looked = self.commit_runners(), time.monotonic()
+                    signal_all(runners, signal.SIGSTOP)
+                    try:
+                        offsets = await admin.list_consumer_group_offsets(decision_group(prefix))
+                        found = latest_decision(prefix, offsets)
+                        new = found is not None and (old is None or found[0] > old[0])
+                        if found is not None and new and not found[1].done:
+                            decided = found[1].transactions.values()
+                            views = await admin.describe_transactions(
+                                [t.transactional_id for t in decided]
+                            )
+                            done = sum(v.state != "Ongoing" for v in views.values())
+                            if done >= committed:
+                                self.kill()
+                                return (
+                                    f"micro-batch {found[1].batch_id} with {done} of "
+                                    f"{len(decided)} decided transactions committed"
+                                )
+                    finally:
+                        signal_all(runners, signal.SIGCONT)
+                    await asyncio.sleep(0.002)
+            return None
+
+        return asyncio.run(step())
+
     def wait(self, timeout_s: float) -> int:
         """Wait for the driver to end by itself; its exit code."""
         try:
@@ -226,15 +299,17 @@ def driver_kill_run(
     kill_batches: Sequence[int],
     stream: Stream | None = None,
     *,
+    commit_kills: int = 0,
     timed_kills: Sequence[float] = (),
     nth: int = 120,
     conf: dict[str, str] | None = None,
 ) -> list[Outcome]:
     """A query of ``stream`` per sink in one driver process (``local[N,4]``, N = queries),
     SIGKILLed (process group and all) while micro-batch *b* of ``kill_batches`` is written
-    (each query's task 1 held ``nth`` rows in, its rows in the topic), then after each of
-    ``timed_kills`` seconds of running, and restarted from the checkpoints (same prefixes)
-    each time; the last run ends when Spark committed every query's last micro-batch."""
+    (each query's task 1 held ``nth`` rows in, its rows in the topic), then ``commit_kills``
+    times inside the exactly-once query's commit (decision stored, not done), then after
+    each of ``timed_kills`` seconds of running; restarted from the checkpoints (same
+    prefixes) each time. The last run ends when Spark committed every last micro-batch."""
     stream = stream or Stream()
     started = time.monotonic()
     gates = target.gates()
@@ -283,6 +358,20 @@ def driver_kill_run(
         finally:
             driver.kill()
         kills += 1
+    eos = [q for q in queries if q["sink"] == EXACTLY_ONCE]
+    caught = []
+    for i in range(commit_kills):
+        driver = Driver(spec, log)
+        checkpoint = Path(eos[0]["checkpoint"])
+        # alternately right after the decision, and after some of its EndTxn calls
+        left = driver.kill_inside_commit(
+            target.bootstrap, eos[0]["prefix"], checkpoint, WAIT_S, committed=i % 2
+        )
+        if left is None:
+            driver.kill()
+            raise ChaosError(f"no commit was caught in the middle\n{driver.tail()}")
+        caught.append(left)
+        kills += 1
     for seconds in timed_kills:
         driver = Driver(spec, log)
         time.sleep(seconds)
@@ -313,8 +402,9 @@ def driver_kill_run(
                 written[i],
                 False,
                 round(time.monotonic() - started, 1),
-                f"driver SIGKILLed {kills} times ({len(kill_gates)} mid-write, "
-                f"{kills - len(kill_gates)} timed), {len(sinks)} queries in it",
+                f"driver SIGKILLed {kills} times ({len(kill_gates)} mid-write, {commit_kills} "
+                f"inside the commit, {kills - len(kill_gates) - commit_kills} timed), "
+                f"{len(sinks)} queries in it" + "".join(f"; killed in {c}" for c in caught),
             )
         )
     return outcomes

@@ -89,7 +89,9 @@ def kill_executor(gates: Gates, runs: Sequence[Run]) -> str:
     below = descendants(executor)
     kill([executor])
     kill(below)
-    return f"killed executor JVM {executor} and its {len(below)} Python processes"
+    copies = [a for _, p, a in gates.attempts() if p == run.held.partition and a > 0]
+    also = ", a speculative copy already running" if copies else ""
+    return f"killed executor JVM {executor} and its {len(below)} Python processes{also}"
 
 
 def transaction_coordinator(cluster: LocalKafka, transactional_id: str) -> int:

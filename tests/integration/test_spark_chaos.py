@@ -100,13 +100,15 @@ def test_a_task_fails_after_writing_part_of_its_rows(spark, target) -> None:
 # --- 3. the driver killed, the query restarted ----------------------------------------------
 
 
-def test_driver_killed_mid_write_and_the_query_restarted(jars, target) -> None:
-    """SIGKILL of the driver's process group while a micro-batch is written, and a restart
-    from the checkpoints (same prefixes): one query per sink in the same driver."""
-    stream = Stream(total=4800 if LONG else 2400)
+def test_driver_killed_and_the_query_restarted(jars, target) -> None:
+    """SIGKILL of the driver's process group while a micro-batch is written (the long run:
+    twice, then twice inside the exactly-once commit - its decision stored, not done - and
+    twice at a random time), and a restart from the checkpoints (same prefixes) after each:
+    one query per sink in the same driver."""
+    stream = Stream(total=4800 if LONG else 3000)
     rng = random.Random(27)
-    for _ in range(RUNS):
-        # the long run adds kills after a random time: any phase, the driver's commit too
+    for _ in range(2 if LONG else 1):  # 6 kills a run in the long run
+        # the long run adds kills after a random time: any phase
         timed = [rng.uniform(20, 45) for _ in range(2)] if LONG else []
         outcomes = driver_kill_run(
             target,
@@ -114,6 +116,7 @@ def test_driver_killed_mid_write_and_the_query_restarted(jars, target) -> None:
             "driver SIGKILLed, query restarted",
             [1, 3] if LONG else [1],
             stream,
+            commit_kills=2 if LONG else 0,
             timed_kills=timed,
             conf={"spark.jars": jars},
         )

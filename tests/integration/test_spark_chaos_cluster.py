@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +54,19 @@ def cluster() -> Iterator[StandaloneCluster]:
         started.stop()
 
 
-@contextmanager
-def cluster_spark(cluster: StandaloneCluster, **conf: str) -> Iterator[Any]:
+#: Speculation on, aggressive, but only for tasks that ran 10 s: the held task of the speculation
+#: test waits for its copy; the executor test kills its held task's executor sooner.
+SPECULATION = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.minTaskRuntime": "10s",
+}
+
+
+@pytest.fixture(scope="module")
+def spark(cluster: StandaloneCluster) -> Iterator[Any]:
     """A driver here, one single-core executor on each worker."""
     settings = {
         "master": cluster.url,
@@ -65,7 +75,7 @@ def cluster_spark(cluster: StandaloneCluster, **conf: str) -> Iterator[Any]:
         "spark.executor.cores": "1",
         "spark.cores.max": "2",
         **SPARK_CONF,
-        **conf,
+        **SPECULATION,
     }
     with local_spark("aiokprod-chaos-cluster", **settings) as session:
         # both executors registered: a task can go to the other host
@@ -88,40 +98,36 @@ def each_sink(run: Callable[[str], Any], *, duplicates: bool) -> None:
 # --- 5. executor loss ---------------------------------------------------------------------------
 
 
-def test_executor_killed_mid_write(cluster, target) -> None:
+def test_executor_killed_mid_write(spark, target) -> None:
     """kill -9 of the executor JVM (and its Python workers) that runs a task mid-write: Spark
     reruns the task on the other executor."""
-    with cluster_spark(cluster) as spark:
-        each_sink(
-            lambda sink: batch_run(spark, target, [sink], "executor JVM SIGKILLed", kill_executor),
-            duplicates=True,
-        )
+    each_sink(
+        lambda sink: batch_run(spark, target, [sink], "executor JVM SIGKILLed", kill_executor),
+        duplicates=True,
+    )
 
 
 # --- 6. speculative copies ----------------------------------------------------------------------
 
-SPECULATION = {
-    "spark.speculation": "true",
-    "spark.speculation.interval": "100ms",
-    "spark.speculation.quantile": "0.5",
-    "spark.speculation.multiplier": "1.5",
-    "spark.speculation.minTaskRuntime": "1s",
-}
 
-
-def test_a_speculative_copy_of_a_slow_task(cluster, target) -> None:
-    """Task 1 is held mid-write until Spark's speculation starts a copy on the other host; the
-    copy writes the partition and wins, Spark kills the original. The same transactional id:
-    the copy's InitProducerId fences the original's transaction."""
-    with cluster_spark(cluster, **SPECULATION) as spark:
-        each_sink(
-            lambda sink: batch_run(
-                spark,
-                target,
-                [sink],
-                "speculative copy of a slow task",
-                speculative_copy_started,
-                release_when=lambda gates: False,
-            ),
-            duplicates=True,
-        )
+@pytest.mark.parametrize("original", ["held", "released"] if LONG else ["held"])
+def test_a_speculative_copy_of_a_slow_task(spark, target, original: str) -> None:
+    """Task 1 is held mid-write until Spark's speculation starts a copy on the other host.
+    ``held``: the copy writes the partition and wins, Spark kills the original. ``released``:
+    the original goes on as soon as the copy started, and the two race (the design's late
+    copy: the job may fail, with nothing visible). The same transactional id: each attempt's
+    InitProducerId fences the other's transaction."""
+    scenario = "speculative copy of a slow task"
+    if original == "released":
+        scenario += ", the original resumed"
+    each_sink(
+        lambda sink: batch_run(
+            spark,
+            target,
+            [sink],
+            scenario,
+            speculative_copy_started,
+            release_when=(lambda gates: False) if original == "held" else None,
+        ),
+        duplicates=True,
+    )
