@@ -105,7 +105,7 @@ def test_driver_killed_and_the_query_restarted(jars, target) -> None:
     twice, then twice inside the exactly-once commit - its decision stored, not done - and
     twice at a random time), and a restart from the checkpoints (same prefixes) after each:
     one query per sink in the same driver."""
-    stream = Stream(total=4800 if LONG else 3000)
+    stream = Stream(total=7200 if LONG else 3000)
     rng = random.Random(27)
     for _ in range(2 if LONG else 1):  # 6 kills a run in the long run
         # the long run adds kills after a random time: any phase
