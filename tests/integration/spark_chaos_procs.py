@@ -72,12 +72,17 @@ def cmdline(pid: int) -> str:
 
 
 def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None and stat[0] == pid:
-                found.append(int(entry.name))
+    """``pid``'s children, from ``/proc/<pid>/task/*/children`` (or a scan of ``/proc``)."""
+    found: set[int] = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found.update(int(c) for c in (task / "children").read_text().split())
+    except FileNotFoundError:  # no such process, or a kernel without CONFIG_PROC_CHILDREN
+        if Path(f"/proc/{pid}").exists():
+            found = {int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()}
+            found = {c for c in found if (_stat(c) or (0, 0))[0] == pid}
+    except OSError:
+        pass  # the process ended meanwhile
     return sorted(found)
 
 
@@ -239,12 +244,9 @@ async def _step_commit(
 
     old = await newest()
     missed: set[int] = set()
-    runners: list[int] = []
-    looked = 0.0
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and driver.alive():
-        if time.monotonic() - looked > 0.2:
-            runners, looked = driver.commit_runners(), time.monotonic()
+        runners = driver.commit_runners()  # a commit may run in a new fork
         signal_all(runners, signal.SIGSTOP)
         try:
             found = await newest()
