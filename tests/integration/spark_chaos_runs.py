@@ -98,8 +98,9 @@ def transaction_coordinator(cluster: LocalKafka, transactional_id: str) -> int:
     """The node that coordinates ``transactional_id``: the leader of its partition of
     ``__transaction_state`` (Kafka's rule: ``abs(id.hashCode()) % partitions``)."""
     code = 0
-    for unit in memoryview(transactional_id.encode("utf-16-be")).cast("H"):
-        code = (31 * code + unit) & 0xFFFFFFFF
+    units = transactional_id.encode("utf-16-be")  # Java's String.hashCode: over UTF-16 units
+    for i in range(0, len(units), 2):
+        code = (31 * code + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
     code = code - (1 << 32) if code >= 1 << 31 else code
     state = cluster.metadata(["__transaction_state"]).topics["__transaction_state"]
     partition = (0 if code == -(1 << 31) else abs(code)) % len(state.partitions)
