@@ -14,46 +14,43 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev,spark]'
 	touch $(STAMP)
 
-## demo: start a local Apache Kafka, run the quickstart against it, stop Kafka
+## demo: start a local Apache Kafka, run the quickstart against it, stop Kafka; says first which
+##       build runs it: the pure-Python one of .venv, or with COMPILED=1 the compiled wheel in
+##       .venv-mypyc (make test-compiled installs it)
+DEMO_PY := $(if $(COMPILED),.venv-mypyc/bin/python,$(PY))
 demo: $(STAMP)
-	$(PY) -m aiokprod.testing exec --topic quickstart:6 -- $(PY) examples/quickstart.py
+	@test -x $(DEMO_PY) || { echo "$(DEMO_PY) is missing: make test-compiled installs it"; exit 1; }
+	@# -P: not the source tree (pure Python) first on sys.path
+	@echo "make demo runs: $$($(DEMO_PY) -P -m aiokprod --version)"
+	$(PY) -m aiokprod.testing exec --topic quickstart:6 -- $(DEMO_PY) examples/quickstart.py
 
 ## test: every test, unit and integration (starts local Kafka brokers itself)
 test: $(STAMP)
 	$(PY) -m pytest
 
-## test-compiled: the unit tests (the simulator included) against the optional mypyc build
-##                (docs/compiled.md), installed from a wheel built with AIOKPROD_MYPYC=1 into
-##                its own venv (.venv-mypyc; ~3 min the first time)
-MYPYC_VENV  := .venv-mypyc
-MYPYC_STAMP := $(MYPYC_VENV)/.installed
-# The compiled wheel is built once, into dist/compiled, and installed from there: what
-# test-compiled tests is the file `make wheels` ships.
-MYPYC_WHEEL := $(wildcard dist/compiled/aiokprod-*.whl)
-$(MYPYC_STAMP): pyproject.toml setup.py $(shell find aiokprod -name '*.py') $(if $(MYPYC_WHEEL),,FORCE)
-	rm -rf $(MYPYC_VENV) build dist/compiled
-	$(PYTHON) -m venv $(MYPYC_VENV)
-	$(MYPYC_VENV)/bin/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel 'mypy>=1.11'
-	$(MYPYC_VENV)/bin/python -m pip install --quiet '.[test,spark]'  # the dependencies mypyc type-checks against
-	AIOKPROD_MYPYC=1 $(MYPYC_VENV)/bin/python -m pip wheel --quiet --no-build-isolation --no-deps --wheel-dir dist/compiled .
-	$(MYPYC_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall dist/compiled/aiokprod-*.whl
-	rm -rf build
-	touch $(MYPYC_STAMP)
+## wheels: the release files in dist/ (docs/compiled.md, "Installing"): the sdist, the pure
+##         py3-none-any wheel built from it, and a compiled manylinux_2_17 wheel for every
+##         CPython >= 3.11 pyenv has (tools/pythons.py; PYTHONS=... to choose), each built from
+##         the sdist with build isolation and AIOKPROD_MYPYC=1, repaired by auditwheel (a glibc
+##         symbol newer than 2.17 fails), then all checked by tools/check_wheels.py
+##         (tools/build_wheels.py; ~3 min, two builds at a time)
+WHEELS_STAMP  := dist/.built
+WHEEL_SOURCES := pyproject.toml setup.py MANIFEST.in README.md CHANGELOG.md \
+	build_backend/aiokprod_build.py tools/build_wheels.py tools/check_wheels.py tools/pythons.py \
+	$(shell find aiokprod -name '*.py')
+$(WHEELS_STAMP): $(STAMP) $(WHEEL_SOURCES)
+	$(PY) tools/build_wheels.py --dist dist
+	touch $@
 
-# The venv's pytest script, not `python -m pytest`: that would put the source tree (pure
-# Python) first on sys.path.
-test-compiled: $(MYPYC_STAMP)
-	AIOKPROD_EXPECT_COMPILED=1 $(MYPYC_VENV)/bin/pytest -p no:cacheprovider tests/unit
+wheels: $(WHEELS_STAMP)
 
-## wheels: the release wheels in dist/ (docs/compiled.md, "Installing"): the pure-Python one
-##         (py3-none-any: every platform, CPython >= 3.11) and the compiled one for this
-##         platform and CPython (mypyc; the same file test-compiled tests), then checks both
-wheels: $(MYPYC_STAMP)
-	rm -rf build dist/*.whl
-	$(MYPYC_VENV)/bin/python -m pip wheel --quiet --no-build-isolation --no-deps --wheel-dir dist .
-	rm -rf build
-	cp dist/compiled/aiokprod-*.whl dist/
-	$(MYPYC_VENV)/bin/python tools/check_wheels.py dist
+## test-compiled: the compiled wheels of dist/ (made by make wheels first), each installed from
+##                its file into a venv of its Python (.venv-mypyc for this one, .venv-mypyc-py3.X):
+##                the whole unit suite, simulator included, on every one; the round-trip
+##                integration tests on .venv-mypyc (tools/test_wheels.py). tests/conftest.py
+##                fails a run that imports the source tree instead of the wheel.
+test-compiled: $(WHEELS_STAMP)
+	$(PY) tools/test_wheels.py --dist dist
 
 ## test-uvloop: the integration tests of the network and send path (round trip, lifecycle,
 ##              faults, hostile brokers) on uvloop instead of asyncio's own loop (a few min)
@@ -90,14 +87,25 @@ test-under-load: $(STAMP)
 
 ## lint: ruff (rules, complexity, format) over all Python code; mypy --strict on the package
 ##       and the examples; mypy on the tests (bodies checked, annotations optional: pyproject.toml)
-##       and on the benchmarks (pyproject.toml's settings: strict)
-LINTED := aiokprod tests examples benchmarks tools docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
-lint: $(BENCH_STAMP)
+##       and on the benchmarks (pyproject.toml's settings: strict), and --strict on the release
+##       and on the release tooling (tools/, the build backend); actionlint on the release
+##       workflow (built once from the Go module proxy into .venv/bin: needs go) and
+##       tools/check_release.py on its cibuildwheel settings (docs/compiled.md, "Releasing")
+LINTED := aiokprod tests examples benchmarks tools build_backend docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
+ACTIONLINT := $(VENV)/bin/actionlint
+$(ACTIONLINT): | $(STAMP)
+	GOBIN=$(abspath $(VENV)/bin) go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+
+lint: $(BENCH_STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy --strict aiokprod examples
 	$(VENV)/bin/mypy tests
 	$(VENV)/bin/mypy benchmarks
+	MYPYPATH=tools $(VENV)/bin/mypy --strict tools/build_wheels.py tools/check_wheels.py \
+		tools/test_wheels.py tools/check_release.py tools/pythons.py build_backend
+	$(ACTIONLINT) .github/workflows/*.yml
+	$(PY) tools/check_release.py
 
 ## format: rewrite all Python code in the project's style (ruff format, then ruff's safe fixes)
 format: $(STAMP)
@@ -144,4 +152,4 @@ bench: $(BENCH_STAMP)
 FORCE:
 
 clean:
-	rm -rf $(VENV) $(MYPYC_VENV) .venv-py3.* dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-mypyc .venv-mypyc-py3.* .venv-py3.* dist .pytest_cache .mypy_cache .ruff_cache

@@ -90,14 +90,9 @@ class Admin:
         rng: random.Random | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
-        if config is not None:
-            if bootstrap_servers is not None or options:
-                raise IllegalStateError("pass either config= or options, not both")
-            self._config = config
-        else:
-            if options.get("client_id") is None:
-                options["client_id"] = f"aiokprod-admin-{next(_client_ids)}"
-            self._config = ProducerConfig.from_options(bootstrap_servers, **options)
+        if config is None and options.get("client_id") is None:
+            options["client_id"] = f"aiokprod-admin-{next(_client_ids)}"
+        self._config = ProducerConfig.resolve(bootstrap_servers, config, options)
         self._transport = transport
         self._clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()
@@ -136,7 +131,7 @@ class Admin:
             ConfigError: a TLS file or key password that cannot be loaded.
         """
         if self._runner is not None or self._closed:
-            raise IllegalStateError("start() on an admin client that was started already")
+            raise IllegalStateError("start() on an admin client that was started or closed already")
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         self._stop = asyncio.Event()
@@ -154,15 +149,10 @@ class Admin:
                 def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
                     tg.start_soon(fn)
 
-                pool = self._pool = ConnectionPool(
-                    cfg.bootstrap_servers,
+                pool = self._pool = ConnectionPool.from_config(
+                    cfg,
                     spawn=spawn,
-                    client_id=cfg.client_id,
                     software_version=__version__,
-                    max_in_flight=cfg.max_in_flight_requests_per_connection,
-                    setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                    reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-                    reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
                     ssl_context=ssl_context,
                     authenticate=authenticate,
                     transport=self._transport,
@@ -240,16 +230,17 @@ class Admin:
             commit: True to commit, False to abort.
 
         Raises:
-            ProducerFencedError: the transactional id moved on since the prepare: the
-                coordinator aborted it after ``transaction_timeout_ms``, or a newer producer
-                or :meth:`fence_producers` ran InitProducerId (its epoch is higher).
+            ProducerFencedError: the transactional id moved on since the prepare (its epoch
+                is higher): a newer producer or :meth:`fence_producers` ran InitProducerId,
+                or (protocol 1) the coordinator aborted it after ``transaction_timeout_ms``.
+            InvalidTxnStateError: the transaction already ended the other way: committing
+                one that was aborted (protocol 2: also one the coordinator aborted after
+                ``transaction_timeout_ms``, on Kafka 4.4), or aborting one that was
+                committed. Under protocol 2, aborting a transaction the coordinator aborted
+                after its timeout succeeds.
             InvalidProducerIdMappingError: the id has another producer id now (its epoch
                 overflowed, or the id expired and was used again), or the coordinator does
                 not know the id at all.
-            InvalidTxnStateError: the transaction already ended the other way (committing
-                one that was aborted, or aborting one that was committed); Kafka up to 4.3
-                also answers this for a commit racing the coordinator's timeout abort
-                (KAFKA-20785).
             InvalidProducerEpochError: what brokers older than 2.7 answer instead of
                 ProducerFencedError.
             UnsupportedVersionError: protocol 2 and a coordinator without EndTxn v5.

@@ -115,6 +115,30 @@ class TransactionAbortedError(TransactionError):
     """A record's transaction was aborted before the record was sent."""
 
 
+class ClusterChangedError(KafkaError):
+    """The cluster behind ``bootstrap_servers`` was replaced by another (a new cluster id).
+
+    What the producer did on the old cluster means nothing on the new one: the records of a
+    transaction that was open then fail with this error, and ``abort_transaction()`` starts
+    afresh on the new cluster (docs/transactions.md, "When the cluster is replaced").
+
+    Attributes:
+        old_cluster_id: the cluster the producer wrote to before.
+        new_cluster_id: the cluster it writes to now.
+    """
+
+    def __init__(self, old_cluster_id: str | None, new_cluster_id: str | None) -> None:
+        super().__init__(
+            f"the cluster behind bootstrap_servers changed from {old_cluster_id!r} to "
+            f"{new_cluster_id!r}: the open transaction is lost with the old cluster"
+        )
+        self.old_cluster_id = old_cluster_id
+        self.new_cluster_id = new_cluster_id
+
+    def __reduce__(self) -> tuple[type[ClusterChangedError], tuple[str | None, str | None]]:
+        return type(self), (self.old_cluster_id, self.new_cluster_id)
+
+
 class AuthenticationError(KafkaError):
     """The broker rejected this client's credentials or security handshake."""
 

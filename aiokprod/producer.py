@@ -24,7 +24,6 @@ from typing import Any, Unpack, cast
 from aiokprod import __version__
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig, ProducerOptions
-from aiokprod.errors import IllegalStateError
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.bulk import BulkDelivery, bulk_columns, pairs
 from aiokprod.internals.metadata import TopicInfo
@@ -63,12 +62,7 @@ class Producer(ProducerLifecycle):
         rng: random.Random | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
-        if config is not None:
-            if bootstrap_servers is not None or options:
-                raise IllegalStateError("pass either config= or options, not both")
-            self._config = config
-        else:
-            self._config = ProducerConfig.from_options(bootstrap_servers, **options)
+        self._config = ProducerConfig.resolve(bootstrap_servers, config, options)
         cfg = self._config
         # The seams (docs/simulation.md): how connections are opened, what time it is, and
         # where randomness comes from. Production: TCP, time.monotonic, a fresh Random.
@@ -190,7 +184,9 @@ class Producer(ProducerLifecycle):
         bulk = BulkDelivery()
         if partition is not None and (type(partition) is not int or partition < 0):
             raise bad_partition(partition)
-        if not path.interceptors and path.key_plain and path.value_plain and self._txn is None:
+        if not path.interceptors and path.key_plain and path.value_plain:
+            if self._txn is not None:
+                self._txn.check_send()  # in a transaction (its partitions enlist per run)
             info = self._metadata.snapshot.topics.get(topic)
             started = -1
             if info is None or (partition is not None and partition >= info.num_partitions):

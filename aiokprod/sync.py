@@ -93,12 +93,7 @@ class SyncProducer:
         config: ProducerConfig | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
-        if config is not None:
-            if bootstrap_servers is not None or options:
-                raise IllegalStateError("pass either config= or options, not both")
-        else:
-            config = ProducerConfig.from_options(bootstrap_servers, **options)
-        self._config = config
+        self._config = config = ProducerConfig.resolve(bootstrap_servers, config, options)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 import anyio
 
 from aiokprod.errors import (
+    ClusterChangedError,
     IllegalStateError,
     InvalidArgumentError,
     KafkaError,
@@ -70,7 +71,10 @@ class TransactionalMixin:
             AbortableTransactionError: the last transaction failed and was not aborted.
             ProducerFencedError: another producer with the same id took over (fatal).
         """
-        txn, _ = self._require_txn("begin_transaction()")
+        txn, coordinator = self._require_txn("begin_transaction()")
+        if txn.reinit_required and txn.state is TxnState.READY:
+            # The cluster was replaced between transactions: start afresh on the new one.
+            await coordinator.init_producer_id()
         txn.begin()
 
     async def commit_transaction(self) -> None:
@@ -137,6 +141,10 @@ class TransactionalMixin:
             AbortableTransactionError: a record or request of the transaction failed (the
                 cause is the ``__cause__``); call :meth:`abort_transaction`.
             ProducerFencedError: fenced by a newer producer (fatal).
+
+        Cancellation:
+            A prepare cancelled while it waits leaves the transaction open, as before the
+            call: prepare it again, commit it or abort it.
         """
         txn, coordinator = self._require_txn("prepare_transaction()")
         idem = self._idempotence
@@ -149,6 +157,11 @@ class TransactionalMixin:
             txn.check_preparing()
         except KafkaError as exc:
             txn.prepare_failed(exc)
+            raise
+        except BaseException:
+            # Cancelled while waiting: nothing was decided, the transaction stays open (and
+            # can be prepared again, committed or aborted).
+            txn.prepare_cancelled()
             raise
         txn.prepare_done()
         prepared = PreparedTransaction(
@@ -171,7 +184,10 @@ class TransactionalMixin:
 
         Records not yet sent fail with :class:`TransactionAbortedError`; records in flight
         are awaited first. A prepared transaction (:meth:`prepare_transaction`) may be
-        aborted too.
+        aborted too. After the cluster behind ``bootstrap_servers`` was replaced (the
+        records failed with :class:`ClusterChangedError`), the abort starts afresh on the
+        new cluster instead: InitProducerId with the transactional id, so the next
+        transaction can begin (docs/transactions.md, "When the cluster is replaced").
 
         Raises:
             IllegalStateError: no transaction is open.
@@ -185,15 +201,24 @@ class TransactionalMixin:
         stamped = sender.abort_queued(TransactionAbortedError("the transaction was aborted"))
         try:
             await self._wait_transaction_records(flush=False)
-            if txn.transaction_started:
-                await coordinator.end_txn(commit=False)
-            idem = self._idempotence
-            bump = txn.epoch_bump_required or stamped
-            if idem is not None and idem.epoch_bump_required:
-                bump = True
-            if bump and not txn.tv2:
-                # Sequences have a gap: a new epoch from the coordinator (KIP-360).
-                await coordinator.init_producer_id(bump=True)
+            try:
+                if txn.transaction_started and not txn.reinit_required:
+                    await coordinator.end_txn(commit=False)
+                idem = self._idempotence
+                bump = txn.epoch_bump_required or stamped
+                if idem is not None and idem.epoch_bump_required:
+                    bump = True
+                if bump and not txn.tv2 and not txn.reinit_required:
+                    # Sequences have a gap: a new epoch from the coordinator (KIP-360).
+                    await coordinator.init_producer_id(bump=True)
+            except ClusterChangedError:
+                if not txn.reinit_required:  # pragma: no cover - set with the error
+                    raise
+            if txn.reinit_required:
+                # The transaction is gone with the old cluster (its coordinator aborts it
+                # after transaction_timeout_ms, if it still runs): a new producer id and
+                # epoch for the transactional id from the new cluster's coordinator.
+                await coordinator.init_producer_id()
         except KafkaError as exc:
             txn.abort_failed(exc)
             raise

@@ -535,6 +535,28 @@ def _interpreter(client: Client, workdir: Path) -> tuple[str, dict[str, str] | N
     return str(ROOT / client.interpreter), env
 
 
+def aiokprod_builds(clients: list[Client]) -> dict[str, str]:
+    """Interpreter -> the aiokprod build it runs (``aiokprod --version``), for the aiokprod rows.
+
+    ``-P``: another venv's Python must not import the source tree (pure Python) from here.
+    """
+    builds: dict[str, str] = {}
+    for client in clients:
+        python = ROOT / client.interpreter if client.interpreter else Path(sys.executable)
+        name = os.path.relpath(python, ROOT)
+        if client.family != "aiokprod" or name in builds or not python.exists():
+            continue
+        done = subprocess.run(
+            [str(python), "-P", "-m", "aiokprod", "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
+        builds[name] = done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
+    return builds
+
+
 def unavailable(client: Client, workload: Workload) -> str | None:
     """Why this row cannot run on this machine (None: it can)."""
     if client.interpreter and not (ROOT / client.interpreter).exists():
@@ -826,6 +848,9 @@ def main(argv: list[str] | None = None) -> int:
         kafka.topic_admin = admin
         session = Session(kafka, admin, Path(scratch), Path(scratch), args.quick)
         document["environment"] = environment(kafka)
+        document["environment"]["aiokprod_builds"] = aiokprod_builds(clients)
+        for python, build in document["environment"]["aiokprod_builds"].items():
+            print(f"{python}: {build}", flush=True)
         print(
             f"Kafka {kafka.distribution.version} at {kafka.bootstrap_servers} "
             f"(started in {kafka.startup_seconds:.1f} s); load {os.getloadavg()}",

@@ -166,6 +166,10 @@ def environment_text(document: dict[str, Any]) -> list[str]:
         f"{libs.get('zstandard', '?')}",
         f"- Settings for every client: {settings_text(document)}",
     ]
+    builds = env.get("aiokprod_builds") or {}
+    if builds:
+        lines.append("- aiokprod builds run (`aiokprod --version` of each interpreter):")
+        lines += [f"  - `{python}`: {build}" for python, build in builds.items()]
     git = env.get("git") or {}
     if git:
         lines.append(

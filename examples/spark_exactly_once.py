@@ -6,7 +6,8 @@ transaction that the driver commits once every task succeeded: consumers reading
 committed micro-batch, also across task retries and a restart from the checkpoint
 (docs/spark.md, "Exactly-once"). Run it::
 
-    python -m aiokprod.testing exec --topic orders:6 -- python examples/spark_exactly_once.py orders 15
+    python -m aiokprod.testing exec --topic orders:6 -- \
+        python examples/spark_exactly_once.py orders 15
 
 The stream uses the ``rate-micro-batch`` source: a micro-batch replayed under the same batch
 id gives every Spark partition the same rows, which exactly-once needs (a replayable source,

@@ -1,29 +1,38 @@
-"""Check the release wheels ``make wheels`` leaves in a folder (docs/compiled.md, "Installing").
+"""Check the release files ``make wheels`` leaves in a folder (docs/compiled.md, "Installing").
 
 ::
 
-    python tools/check_wheels.py dist
+    python tools/check_wheels.py dist --python /path/to/python3.11 --python ...
 
-Two wheels of the same version, built from the same source:
+One version, built from one source:
 
-- the pure-Python one, ``py3-none-any``: no extension module, every ``aiokprod`` source file;
-- the compiled one for the running CPython and platform: the same source files (the
-  fallback for a module left interpreted, and what a traceback shows), an extension module
-  for exactly the modules ``setup.py``'s ``COMPILED_MODULES`` lists, plus mypyc's shared
-  runtime module.
+- the sdist, ``aiokprod-<version>.tar.gz``: every ``aiokprod`` source file and what building
+  needs (``pyproject.toml``, ``setup.py``, the build backend); no extension module;
+- the pure-Python wheel, ``py3-none-any``: no extension module, every source file;
+- one compiled wheel per ``--python`` (none without), tagged ``cpXY-cpXY-manylinux_2_17_<arch>``
+  (and its alias ``manylinux2014_<arch>``, nothing newer): the same source files (the fallback
+  for a module left interpreted, and what a traceback shows), an extension module built for
+  that CPython for exactly the modules ``setup.py``'s ``COMPILED_MODULES`` lists, plus mypyc's
+  shared runtime module; no RPATH or RUNPATH in any of them (the build machine's paths) and
+  no glibc symbol version newer than 2.17 (read from the ELF files here, independently of the
+  ``auditwheel`` that repaired them).
 
-Then each wheel is unpacked into a scratch folder and imported from there by this
-interpreter: the pure one must run no module compiled, the compiled one exactly the listed
-ones. Exits 1 with the problems listed, 0 if there are none.
+The wheels' metadata must agree. Then each wheel is unpacked into a scratch folder and imported
+from there: the pure one by this interpreter must run no module compiled, each compiled one
+by its own ``--python`` exactly the listed ones. Exits 1 with the problems listed, 0 if there
+are none. The release workflow's sdist job runs it with no ``--python``.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
-import importlib.machinery
+import io
+import platform
+import re
 import subprocess
 import sys
-import sysconfig
+import tarfile
 import tempfile
 import zipfile
 from email.message import Message
@@ -31,7 +40,15 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTENSION_SUFFIXES = tuple(sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True))
+#: what the sdist needs besides the package to build either wheel
+BUILD_FILES = frozenset(
+    {"pyproject.toml", "setup.py", "build_backend/aiokprod_build.py", "README.md", "PKG-INFO"}
+)
+#: the manylinux floor of the compiled wheels: glibc 2.17 (manylinux2014)
+GLIBC_FLOOR = (2, 17)
+# "aiokprod/net/connection" + ".cpython-312-x86_64-linux-gnu" + ".so" (".cp312-win_amd64.pyd")
+_EXTENSION = re.compile(r"(?P<module>[^.]+)(?P<abi>\.[^/]+)?\.(?:so|pyd)")
+_GLIBC = re.compile(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?")
 
 
 def listed_modules(setup_py: Path) -> list[str]:
@@ -54,17 +71,13 @@ def source_files(package: Path) -> set[str]:
 
 def extension_module(name: str) -> str | None:
     """The dotted module name of an extension file in a wheel, else None."""
-    for suffix in EXTENSION_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)].replace("/", ".")
-    return None
+    match = _EXTENSION.fullmatch(name)
+    return match["module"].replace("/", ".") if match else None
 
 
-def compiled_tag() -> str:
-    """The wheel tag a compiled wheel for this interpreter and platform ends with."""
-    version = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    return f"{version}-{version}-{platform}"
+def compiled_tag(python_tag: str, arch: str) -> str:
+    """The tags a compiled wheel for ``python_tag`` (``cp312``) ends with, auditwheel's order."""
+    return f"{python_tag}-{python_tag}-manylinux2014_{arch}.manylinux_2_17_{arch}"
 
 
 def check_pure(wheel: zipfile.ZipFile, sources: set[str]) -> list[str]:
@@ -79,8 +92,13 @@ def check_pure(wheel: zipfile.ZipFile, sources: set[str]) -> list[str]:
     return problems
 
 
-def check_compiled(wheel: zipfile.ZipFile, sources: set[str], listed: list[str]) -> list[str]:
-    """What is wrong with the compiled wheel (nothing: an empty list)."""
+def check_compiled(
+    wheel: zipfile.ZipFile, sources: set[str], listed: list[str], python_tag: str | None = None
+) -> list[str]:
+    """What is wrong with a compiled wheel (nothing: an empty list).
+
+    With ``python_tag`` (``cp312``) every extension module must be built for that CPython.
+    """
     names = set(wheel.namelist())
     problems = [f"missing source file {n}" for n in sorted(sources - names)]
     modules = {m for m in map(extension_module, names) if m is not None}
@@ -96,8 +114,60 @@ def check_compiled(wheel: zipfile.ZipFile, sources: set[str], listed: list[str])
     # name is a hash); each listed module is a small stub that loads it.
     if len(runtime) != 1 or not runtime[0].endswith("__mypyc"):
         problems.append(f"expected one mypyc runtime module outside the package, found {runtime}")
+    if python_tag is not None:
+        digits = python_tag.removeprefix("cp")
+        problems += [
+            f"{n} is not built for {python_tag}"
+            for n in sorted(names)
+            if extension_module(n) and not re.search(rf"\.(cpython-{digits}-|cp{digits}-)", n)
+        ]
     if _wheel_field(wheel, "Root-Is-Purelib") != "false":
         problems.append("WHEEL does not say Root-Is-Purelib: false")
+    return problems
+
+
+def check_elf(name: str, data: bytes) -> list[str]:
+    """What is wrong with an extension module for a manylinux_2_17 wheel (ELF, Linux).
+
+    No RPATH/RUNPATH (pyenv's default link line leaves its own ``lib`` folder there), no
+    glibc symbol version newer than :data:`GLIBC_FLOOR`.
+    """
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    problems = []
+    elf = ELFFile(io.BytesIO(data))
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            for tag in section.iter_tags():
+                if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"):
+                    path = getattr(tag, "runpath", None) or getattr(tag, "rpath", "")
+                    problems.append(f"{name} has {tag.entry.d_tag} {path}")
+        elif isinstance(section, GNUVerNeedSection):
+            for _needed, versions in section.iter_versions():
+                for version in versions:
+                    match = _GLIBC.fullmatch(version.name)
+                    if match and (int(match[1]), int(match[2])) > GLIBC_FLOOR:
+                        problems.append(f"{name} needs {version.name}, newer than glibc 2.17")
+    return problems
+
+
+def check_linked(wheel: zipfile.ZipFile) -> list[str]:
+    """:func:`check_elf` over every extension module in a wheel."""
+    problems: list[str] = []
+    for name in sorted(wheel.namelist()):
+        if name.endswith(".so"):
+            problems += check_elf(name, wheel.read(name))
+    return problems
+
+
+def check_sdist(sdist: tarfile.TarFile, sources: set[str], version: str) -> list[str]:
+    """What is wrong with the sdist (nothing: an empty list)."""
+    prefix = f"aiokprod-{version}/"
+    names = {m.name.removeprefix(prefix) for m in sdist.getmembers() if m.isfile()}
+    problems = [f"sdist lacks {n}" for n in sorted((sources | BUILD_FILES) - names)]
+    problems += [f"extension module {n} in the sdist" for n in sorted(names) if _is_binary(n)]
     return problems
 
 
@@ -112,8 +182,8 @@ def check_same_metadata(pure: zipfile.ZipFile, compiled: zipfile.ZipFile) -> lis
     ]
 
 
-def running_compiled(wheel_path: Path) -> list[str]:
-    """Unpack a wheel into a scratch folder and ask it which of its modules run compiled."""
+def running_compiled(wheel_path: Path, python: str = sys.executable) -> list[str]:
+    """Unpack a wheel into a scratch folder and ask ``python`` which modules run compiled."""
     with tempfile.TemporaryDirectory(prefix="aiokprod-wheel-") as scratch:
         zipfile.ZipFile(wheel_path).extractall(scratch)
         code = (
@@ -122,40 +192,79 @@ def running_compiled(wheel_path: Path) -> list[str]:
             "print('\\n'.join(aiokprod.compiled.compiled_modules()))"
         )
         # -P: not the current folder first (it may hold the source tree).
-        out = subprocess.run(
-            [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
-        )
+        out = subprocess.run([python, "-P", "-c", code], capture_output=True, text=True, check=True)
         return [line for line in out.stdout.splitlines() if line]
 
 
-def main(folder: Path) -> int:
-    """Check the wheels in ``folder``; print what is wrong; 0 if nothing, else 1."""
-    wheels = sorted(folder.glob("aiokprod-*.whl"))
-    pure = [w for w in wheels if w.name.endswith("-py3-none-any.whl")]
-    compiled = [w for w in wheels if w.name.endswith(f"-{compiled_tag()}.whl")]
-    if len(pure) != 1 or len(compiled) != 1 or len(wheels) != 2:
-        names = [w.name for w in wheels]
-        print(f"expected one pure and one {compiled_tag()} wheel in {folder}, found {names}")
-        return 1
+def python_tag(python: str) -> str:
+    """``cp312`` for a CPython 3.12 interpreter."""
+    code = "import sys; print('cp%d%d' % sys.version_info[:2])"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def check_folder(folder: Path, pythons: list[str]) -> list[str]:
+    """Every problem with the release files in ``folder`` (module docstring)."""
+    files = sorted(p for p in folder.iterdir() if p.name.startswith("aiokprod-"))
+    sdists = [p for p in files if p.name.endswith(".tar.gz")]
+    pure = [p for p in files if p.name.endswith("-py3-none-any.whl")]
+    arch = platform.machine()
+    expected = {compiled_tag(python_tag(py), arch): py for py in pythons}
+    compiled = {
+        p: py for p in files for tag, py in expected.items() if p.name.endswith(f"-{tag}.whl")
+    }
+    if len(sdists) != 1 or len(pure) != 1 or len(compiled) != len(expected):
+        wanted = ["the sdist", "a py3-none-any wheel", *(f"a {t} wheel" for t in expected)]
+        return [f"expected {', '.join(wanted)}; found {[p.name for p in files]}"]
+    unknown = sorted(set(files) - {*sdists, *pure, *compiled})
+    if unknown:
+        return [f"unexpected files: {[p.name for p in unknown]}"]
     sources = source_files(ROOT / "aiokprod")
     listed = listed_modules(ROOT / "setup.py")
-    with zipfile.ZipFile(pure[0]) as p, zipfile.ZipFile(compiled[0]) as c:
-        problems = check_pure(p, sources) + check_compiled(c, sources, listed)
-        problems += check_same_metadata(p, c)
-    if not problems:
-        if running_compiled(pure[0]):
-            problems.append("the pure wheel, imported, runs modules compiled")
-        if running_compiled(compiled[0]) != listed:
-            problems.append(
-                "the compiled wheel, imported, does not run the listed modules compiled"
-            )
+    with zipfile.ZipFile(pure[0]) as p:
+        problems = check_pure(p, sources)
+        version = str(_metadata(p)["Version"])
+        for path in compiled:
+            with zipfile.ZipFile(path) as c:
+                tag = path.name.split("-")[2]
+                found = check_compiled(c, sources, listed, tag) + check_linked(c)
+                found += check_same_metadata(p, c)
+                problems += [f"{path.name}: {x}" for x in found]
+    with tarfile.open(sdists[0]) as sdist:
+        problems += check_sdist(sdist, sources, version)
+    if problems:
+        return problems
+    if running_compiled(pure[0]):
+        problems.append("the pure wheel, imported, runs modules compiled")
+    for path, python in compiled.items():
+        if running_compiled(path, python) != listed:
+            problems.append(f"{path.name}, imported by {python}, does not run the listed modules")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the release files; print what is wrong; 0 if nothing, else 1."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, nargs="?", default=Path("dist"))
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        help="an interpreter whose compiled wheel must be there (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    problems = check_folder(args.folder, args.python)
     for problem in problems:
-        print(f"{folder}: {problem}")
+        print(f"{args.folder}: {problem}")
     if problems:
         return 1
-    for wheel in (pure[0], compiled[0]):
-        print(f"ok: {wheel.name} ({wheel.stat().st_size / 1024:,.0f} KiB)")
+    for path in sorted(args.folder.glob("aiokprod-*")):
+        print(f"ok: {path.name} ({path.stat().st_size / 1024:,.0f} KiB)")
     return 0
+
+
+def _is_binary(name: str) -> bool:
+    return extension_module(name) is not None or name.endswith((".o", ".dylib", ".dll"))
 
 
 def _wheel_field(wheel: zipfile.ZipFile, field: str) -> str | None:
@@ -170,4 +279,4 @@ def _metadata(wheel: zipfile.ZipFile) -> Message:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "dist")))
+    sys.exit(main())

@@ -12,7 +12,7 @@ import difflib
 import os
 from pathlib import Path
 
-from aiokprod import __version__
+from aiokprod.compiled import describe_build
 from aiokprod.config import OPTIONS, ProducerConfig, option_for_java_name, option_from_text
 from aiokprod.errors import ConfigError
 from aiokprod.producer import Producer
@@ -135,6 +135,23 @@ def _separator(text: str) -> bytes:
     return text.encode("utf-8")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: :func:`~aiokprod.compiled.describe_build`'s line, worked out when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(describe_build())  # to stdout, as argparse's own version action
+        parser.exit()
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-servers",
@@ -166,7 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aiokprod",
         description="aiokprod: an asyncio-native Apache Kafka producer.",
     )
-    parser.add_argument("--version", action="version", version=f"aiokprod {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version, whether this install runs compiled, and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     produce = commands.add_parser(

@@ -18,7 +18,7 @@ from aiokprod.config import checks
 from aiokprod.config import spec as c
 from aiokprod.config.secret import PartitionerFunction, Secret, Serializer, TokenProvider
 from aiokprod.config.spec import MAX_INT32, MAX_INT64, Option, option, option_table
-from aiokprod.errors import ConfigError
+from aiokprod.errors import ConfigError, IllegalStateError
 from aiokprod.types import ProducerInterceptor
 
 if TYPE_CHECKING:
@@ -467,6 +467,25 @@ class ProducerConfig:
         checks.check_all(values, lambda name: OPTIONS[name].default)
         values.setdefault("client_id", f"aiokprod-producer-{next(_client_ids)}")
         return cls(**values)
+
+    @classmethod
+    def resolve(
+        cls,
+        bootstrap_servers: object,
+        config: ProducerConfig | None,
+        options: Mapping[str, Any],
+    ) -> ProducerConfig:
+        """What a client constructor was given: ``config`` itself, or the options validated.
+
+        Raises:
+            IllegalStateError: both ``config`` and options (or ``bootstrap_servers``).
+            ConfigError: as :meth:`from_options`.
+        """
+        if config is None:
+            return cls.from_options(bootstrap_servers, **options)
+        if bootstrap_servers is not None or options:
+            raise IllegalStateError("pass either config= or options, not both")
+        return config
 
 
 #: The option table: option name -> :class:`~aiokprod.config.spec.Option`, in docs order.

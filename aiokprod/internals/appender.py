@@ -12,7 +12,9 @@ The per-record path is split in two so that the common case never awaits: :meth:
 is synchronous and fills the open batch; only when a new batch is needed does the caller
 await :meth:`append_new_batch`. The bulk paths (:meth:`append_values`,
 :meth:`append_keyed`) open each run of records with those same two calls, then let the
-batch builder's inner loops add the rest of the run.
+batch builder's inner loops add the rest of the run; values that encode themselves
+(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns) have the rest of each
+fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import KeyHasher, PartitionChooser, StickyPartitionState
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
+from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, NO_LEFTOVER, RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
 #: The most partitions with a queued batch before a new batch gives the sender its turn
@@ -90,6 +93,9 @@ class RecordAppender:
         #: ``schedule(now_ms, delay_ms)``: a pass is needed by then (the sender's timer moves
         #: if it sleeps longer; no extra pass as with ``wakeup``).
         self.schedule: Callable[[int, int], None] = _no_schedule
+        #: A transactional producer's partitions join the transaction before their first
+        #: record is appended (protocol 1: AddPartitionsToTxn); the send path sets it.
+        self.enlist: Callable[[TopicPartition], None] = _no_enlist
         self._tps: dict[str, tuple[TopicPartition, ...]] = {}
         #: When a new batch last gave the loop a turn (see :data:`MAX_HOLD_MS`).
         self._turn_ms = clock.monotonic_ms()
@@ -315,6 +321,11 @@ class RecordAppender:
         path and the builder's inner loop (``append_values``) adds the rest of the batch; the
         sticky partitioner is fed the bytes of the whole run at once.
         """
+        if isinstance(values, EncodableValues) and header_bytes is None and not value_serializer:
+            await self._append_encodable(
+                bulk, topic, values, partition, timestamp_ms, info, started_ms
+            )
+            return
         acc = self._acc
         batch_size = acc.batch_size
         tps = self.partitions_of(topic, len(info.partitions))
@@ -336,27 +347,19 @@ class RecordAppender:
             size = -1 if pending is None else len(pending)
             if size > largest_value:
                 raise self.too_large(batch_of_one_size(-1, size, headers_size))
-            if partition is not None:
-                p, sticky = partition, None
-            else:
-                p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
-            tp = tps[p]
-            # The run's first record goes the one-record way (sticky counts it there).
-            opened = self.append(tp, timestamp_ms, None, pending, header_bytes, sticky, info)
-            if opened is None:
-                opened = await self.append_new_batch(
-                    tp,
-                    timestamp_ms,
-                    None,
-                    pending,
-                    header_bytes,
-                    sticky,
-                    info,
-                    started_ms,
-                    yield_at,
-                )
-            batch, index = opened
-            bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+            batch, _, sticky = await self._open_run(
+                bulk,
+                topic,
+                tps,
+                partition,
+                timestamp_ms,
+                pending,
+                size,
+                header_bytes,
+                info,
+                started_ms,
+                yield_at,
+            )
             pending = NO_LEFTOVER
             builder = batch.builder
             if builder is None or batch.is_full:
@@ -371,20 +374,151 @@ class RecordAppender:
                 pending = _append_with_headers(
                     builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
                 )
-            added = builder.record_count - start
-            if added:
-                bulk._extend_last(added, timestamp_ms)
-            if builder.full:
-                batch.is_full = True
-                self.wakeup()
-            if sticky is not None:
-                sticky.on_append(
-                    builder.size_in_bytes - before,
-                    batch.is_full,
-                    len(tps),
-                    info.available,
-                    self._clock.monotonic_ms(),
+            self._close_run(bulk, batch, before, start, sticky, timestamp_ms, info)
+
+    async def _open_run(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        tps: tuple[TopicPartition, ...],
+        partition: int | None,
+        timestamp_ms: int,
+        value: bytes | None,
+        size: int,
+        header_bytes: bytes | None,
+        info: TopicInfo,
+        started_ms: int,
+        yield_at: int,
+    ) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
+        """A run's first unkeyed record, the one-record way (sticky counts it there).
+
+        The partition (fixed, or the sticky one), then its open batch or a new one.
+        Returns the batch, the record's index in it, and the sticky state (None: fixed).
+        """
+        if partition is not None:
+            p, sticky = partition, None
+        else:
+            p, sticky = self.partitions.choose(topic, None, len(tps), info.available)
+        tp = tps[p]
+        self.enlist(tp)
+        opened = self.append(tp, timestamp_ms, None, value, header_bytes, sticky, info)
+        if opened is None:
+            opened = await self.append_new_batch(
+                tp, timestamp_ms, None, value, header_bytes, sticky, info, started_ms, yield_at
+            )
+        batch, index = opened
+        bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+        return batch, index, sticky
+
+    def _close_run(
+        self,
+        bulk: BulkDelivery,
+        batch: ProducerBatch,
+        before: int,
+        start: int,
+        sticky: StickyPartitionState | None,
+        timestamp_ms: int,
+        info: TopicInfo,
+    ) -> int:
+        """Account for a run's bulk append; returns how many records it added.
+
+        ``before`` and ``start`` are the batch's bytes and records before it: the bulk
+        delivery counts what was added, a full batch wakes the sender, and sticky is fed
+        the bytes.
+        """
+        builder = batch.builder
+        if builder is None:  # pragma: no cover - the caller appended to it
+            return 0
+        added = builder.record_count - start
+        if added:
+            bulk._extend_last(added, timestamp_ms)
+        if builder.full:
+            batch.is_full = True
+            self.wakeup()
+        if sticky is not None:
+            sticky.on_append(
+                builder.size_in_bytes - before,
+                batch.is_full,
+                len(info.partitions),
+                info.available,
+                self._clock.monotonic_ms(),
+            )
+        return added
+
+    async def _append_encodable(
+        self,
+        bulk: BulkDelivery,
+        topic: str,
+        column: EncodableValues,
+        partition: int | None,
+        timestamp_ms: int,
+        info: TopicInfo,
+        started_ms: int,
+    ) -> None:
+        """:meth:`append_values` for a column that encodes its own records (protocol.encoded).
+
+        The same runs as there: each opens with the one-record path (the partition choice,
+        memory, a new batch, sticky accounting, wakeups); then, if that record began a
+        batch, the rest of the batch is copied from the column's plan of fresh batches in
+        one piece (the builder checks the batch is in the state the plan assumed), and
+        otherwise (a half-full batch) taken record by record as there.
+        """
+        acc = self._acc
+        batch_size = acc.batch_size
+        tps = self.partitions_of(topic, len(info.partitions))
+        yield_at = self.yield_threshold(len(tps))
+        largest_value = self.record_limit - batch_of_one_size(-1, 0, 0)
+        value_sizes = bulk._value_sizes
+        total = len(column)
+        plan: EncodedBatches | None = None
+        i = 0
+        while i < total:
+            value = column.value(i)
+            size = -1 if value is None else len(value)
+            if size > largest_value:
+                raise self.too_large(batch_of_one_size(-1, size, 0))
+            batch, index, sticky = await self._open_run(
+                bulk,
+                topic,
+                tps,
+                partition,
+                timestamp_ms,
+                value,
+                size,
+                None,
+                info,
+                started_ms,
+                yield_at,
+            )
+            i += 1
+            builder = batch.builder
+            if builder is None or batch.is_full or i >= total:
+                continue
+            before = builder.size_in_bytes
+            start = builder.record_count
+            k = -1
+            if index == 0:  # a fresh batch: the plan's batch from this record fits it
+                k = plan.batch_at(i - 1) if plan is not None else -1
+                if k < 0 or plan is None:
+                    plan = column.encode_batches(i - 1, batch_size, largest_value)
+                    k = plan.batch_at(i - 1)
+            if k < 0 or plan is None:
+                builder.append_values(
+                    timestamp_ms, column.values_from(i), batch_size, largest_value, value_sizes
                 )
+            else:
+                end = plan.firsts[k + 1]
+                if builder.append_encoded(
+                    timestamp_ms,
+                    plan.rest(k),
+                    end - i,
+                    1,
+                    BATCH_HEADER_SIZE + plan.first_sizes[k],
+                    batch_size,
+                    plan.next_sizes[k],
+                ):
+                    value_sizes.extend(plan.value_sizes(i, end))
+            i += self._close_run(bulk, batch, before, start, sticky, timestamp_ms, info)
 
     async def append_keyed(
         self,
@@ -420,6 +554,7 @@ class RecordAppender:
             while run_end < total and partitions[by_partition[run_end]] == p:
                 run_end += 1
             tp = tps[p]
+            self.enlist(tp)
             indexes = iter(by_partition[run_start:run_end])
             run_start = run_end
             pending = next(indexes, -1)
@@ -480,6 +615,10 @@ def _append_with_headers(
 
 def _no_schedule(now_ms: int, delay_ms: int) -> None:
     return None
+
+
+def _no_enlist(tp: TopicPartition) -> None:
+    pass
 
 
 def _no_wakeup() -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Generator, Iterable
-from itertools import repeat as _repeat
-from typing import Any
+from typing import Any, Final
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.internals.batch import SPLIT_OFFSET, BatchResult
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
+
+#: The key size of an unkeyed record (-1), repeated by ``*`` for a run of them.
+_NO_KEY: Final = array("i", (-1,))
 
 
 def bulk_columns(
@@ -105,7 +107,7 @@ class BulkDelivery:
             last = _Segment(result, tp, start)
             segments.append(last)
         last.count += count
-        self._timestamps.extend(_repeat(timestamp_ms, count))
+        self._timestamps += array("q", (timestamp_ms,)) * count
 
     def _extend_last(self, count: int, timestamp_ms: int) -> None:
         """``count`` more unkeyed records right after the last one added, in its batch.
@@ -113,8 +115,9 @@ class BulkDelivery:
         Their value sizes were appended to ``_value_sizes`` by the builder already.
         """
         self._segments[-1].count += count
-        self._key_sizes.extend(_repeat(-1, count))
-        self._timestamps.extend(_repeat(timestamp_ms, count))
+        # array * count repeats in C: extend(repeat(...)) converted each of them (~45 ns)
+        self._key_sizes += _NO_KEY * count
+        self._timestamps += array("q", (timestamp_ms,)) * count
 
     def __len__(self) -> int:
         return len(self._value_sizes)

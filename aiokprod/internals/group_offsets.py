@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aiokprod.errors import InvalidArgumentError, KafkaError, error_for_code
-from aiokprod.internals.round_trips import RoundTrips, check_code
+from aiokprod.internals.round_trips import GiveUp, RoundTrips, check_code
 from aiokprod.net.connection import BrokerConnection
 from aiokprod.protocol.messages.coordinator import KEY_TYPE_GROUP
 from aiokprod.protocol.messages.offsets import (
@@ -165,8 +165,10 @@ async def commit_offsets(
             for part in topic.partitions:
                 if part.error_code == UNKNOWN_TOPIC_OR_PARTITION:
                     # Not retried: committing to a partition that does not exist fails.
-                    raise error_for_code(
-                        part.error_code, f"{topic.name}-{part.partition_index} does not exist"
+                    raise GiveUp(
+                        error_for_code(
+                            part.error_code, f"{topic.name}-{part.partition_index} does not exist"
+                        )
                     )
                 check_code(part.error_code)
 

@@ -119,6 +119,28 @@ class IdempotenceState:
         # asked for it are renumbered under the new id (their batches were not appended).
         self._renumber_requested()
 
+    def reset_for_new_cluster(self) -> None:
+        """The cluster was replaced: the id, the epoch and every sequence belong to the old one.
+
+        The new cluster never issued this producer id (and may have issued it to another
+        producer: writing under it would break that producer's sequences, or have its
+        batches dropped as duplicates of ours), and it has none of the old cluster's log. So
+        a new id is needed before anything is sent (:meth:`can_drain` holds every batch
+        until then), and every partition's unacknowledged batches are numbered from 0 under
+        it when it comes (:meth:`set_producer_id`), in the order they had. A batch whose
+        outcome on the old cluster is unknown is written to the new cluster all the same:
+        the old log is gone with its cluster (docs/delivery-guarantees.md).
+        """
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.producer_id_required = True
+        self.epoch_bump_required = False
+        for tp, state in self._partitions.items():
+            # Not the new id, whatever number it has: the new cluster holds no state for us.
+            state.producer_id = state.producer_epoch = -1
+            state.broker_has_state = False
+            self._rewrite.add(tp)
+
     def _state(self, tp: TopicPartition) -> PartitionSequences:
         state = self._partitions.get(tp)
         if state is None:

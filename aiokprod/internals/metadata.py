@@ -296,8 +296,15 @@ class MetadataState:
         return list(self._topics_last_used)
 
     def update(self, response: MetadataResponse, requested: list[str], now_ms: int) -> None:
-        """Apply a successful response."""
-        self.snapshot = self.snapshot.merged_with(response, requested)
+        """Apply a successful response.
+
+        A response from another cluster (a new cluster id: the cluster was replaced, issue
+        29) starts a new view: nothing known of the old cluster's topics is kept.
+        """
+        base = self.snapshot
+        if base.cluster_id is not None and response.cluster_id not in (None, base.cluster_id):
+            base = ClusterSnapshot()
+        self.snapshot = base.merged_with(response, requested)
         self._in_flight = False
         self._last_refresh_ms = now_ms
         self._failures = 0

@@ -13,7 +13,12 @@ import copy
 from collections.abc import Callable
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
-from aiokprod.errors import AuthenticationError, KafkaError, MetadataTimeoutError
+from aiokprod.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    KafkaError,
+    MetadataTimeoutError,
+)
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
@@ -40,6 +45,8 @@ class MetadataFetcher:
         request_timeout_ms: bound on one Metadata request.
         allow_auto_create_topics: ask the broker to create unknown topics (if it allows).
         on_update: called after each successful refresh (wakes the sender).
+        on_cluster_change: called with the old and the new cluster id when a response comes
+            from another cluster than before, before the response is applied (issue 29).
         clock: the producer's clock.
     """
 
@@ -52,6 +59,7 @@ class MetadataFetcher:
         request_timeout_ms: int,
         allow_auto_create_topics: bool,
         on_update: Callable[[], None],
+        on_cluster_change: Callable[[str, str], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._clock = clock
@@ -61,6 +69,7 @@ class MetadataFetcher:
         self._timeout_s = request_timeout_ms / 1000
         self._auto_create = allow_auto_create_topics
         self._on_update = on_update
+        self._on_cluster_change = on_cluster_change
         self._refreshing = False
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_error: BaseException | None = None
@@ -97,6 +106,7 @@ class MetadataFetcher:
             response = await conn.request(request, self._timeout_s)
             if not isinstance(response, MetadataResponse):  # pragma: no cover
                 raise KafkaError("Metadata answered with another message")
+            self._check_cluster(response, node_id)
         except KafkaError as exc:
             self.last_error = exc
             now_ms = self._clock.monotonic_ms()
@@ -125,13 +135,50 @@ class MetadataFetcher:
         self._refreshing = False
         self.last_error = None
         if self._failures >= WARN_AFTER_FAILURES:
-            log.warning("metadata fetched again", after_failures=self._failures)
+            log.info("metadata fetched again", after_failures=self._failures)
         self._failures = 0
         self._warn.reset("refresh")
         # The sender passes the new brokers on to the pool (it follows ``state.version``).
         self.state.update(response, topics, self._clock.monotonic_ms())
         self._wake_waiters()
         self._on_update()
+
+    def _check_cluster(self, response: MetadataResponse, node_id: int) -> None:
+        """Follow the cluster id of ``response`` (issue 29; docs/delivery-guarantees.md).
+
+        The first broker the producer heard from named the cluster it writes to (the pool
+        asks each broker as it connects). Another one later means the cluster behind the
+        bootstrap address was replaced: everything the producer holds
+        from the old one (its producer id, sequences, transaction) is void there, and
+        ``on_cluster_change`` settles that before the new view is applied. A cluster the
+        producer left is never returned to: its answer is refused like a failed refresh.
+
+        Raises:
+            KafkaConnectionError: the answer comes from a cluster the producer left.
+        """
+        new = response.cluster_id
+        pool = self._pool
+        old = pool.cluster_id
+        if new is None or new == old:
+            return
+        if pool.is_retired(new):
+            raise KafkaConnectionError(
+                f"node {node_id} answered for cluster {new!r}, which this producer left for "
+                f"cluster {old!r}: its metadata is not used"
+            )
+        if old is None:
+            pool.set_cluster(new)
+            return
+        log.warning(
+            "the cluster behind bootstrap_servers changed; getting a new producer id from the "
+            "new cluster before writing to it",
+            old_cluster_id=old,
+            new_cluster_id=new,
+            node=node_id,
+        )
+        pool.set_cluster(new)  # first: requests out to the old cluster come back now
+        if self._on_cluster_change is not None:
+            self._on_cluster_change(old, new)
 
     def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, {}

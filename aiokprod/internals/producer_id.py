@@ -73,6 +73,8 @@ class ProducerIdManager:
         self._on_fatal = on_fatal
         self._stopped = stopped
         self._fetch_running = False
+        #: The cluster that replaced the producer's cluster, until it gave an id (issue 29).
+        self._new_cluster: str | None = None
 
     def maybe_renew(self) -> None:
         """Fetch a producer id or bump the epoch when the idempotence state asks for it.
@@ -100,6 +102,10 @@ class ProducerIdManager:
                 )
             self._wakeup()
 
+    def cluster_changed(self, cluster_id: str) -> None:
+        """The cluster was replaced: the next id comes from ``cluster_id`` (logged at INFO)."""
+        self._new_cluster = cluster_id
+
     async def _fetch(self) -> None:
         config = self._config
         try:
@@ -114,7 +120,16 @@ class ProducerIdManager:
             )
             if result is not None:
                 self._idem.set_producer_id(*result)
-                log.debug("producer id", producer_id=result[0], epoch=result[1])
+                if self._new_cluster is not None:
+                    log.info(
+                        "producer id from the new cluster",
+                        producer_id=result[0],
+                        epoch=result[1],
+                        cluster_id=self._new_cluster,
+                    )
+                    self._new_cluster = None
+                else:
+                    log.debug("producer id", producer_id=result[0], epoch=result[1])
         except KafkaError as exc:
             self._on_fatal(exc)
         finally:
@@ -164,6 +179,13 @@ async def _ask(pool: ConnectionPool, node: int, timeout_s: float) -> tuple[int, 
     response = await conn.request(InitProducerIdRequest(transactional_id=None), timeout_s)
     if not isinstance(response, InitProducerIdResponse):  # pragma: no cover - table invariant
         raise KafkaConnectionError("InitProducerId answered with another message")
+    if not pool.belongs_to_cluster(conn):
+        # Only the cluster the producer writes to may give its id (a bootstrap address may
+        # lead elsewhere, and the cluster may have been replaced meanwhile): issue 29.
+        raise KafkaConnectionError(
+            f"node {node} belongs to cluster {conn.cluster_id!r}, not {pool.cluster_id!r}: "
+            "its producer id is not used"
+        )
     if response.error_code:
         raise error_for_code(response.error_code)
     if response.producer_id < 0 or response.producer_epoch < 0:

@@ -1,7 +1,9 @@
 """Request round trips that retry: to a coordinator (found with FindCoordinator) or a broker.
 
 The loop the transactional producer (:mod:`aiokprod.internals.txn_requests`) and the admin
-client (:mod:`aiokprod.admin`) share: send a request, hand the answer to a handler, and
+client (:mod:`aiokprod.admin`) share: send a request to a broker of the pool's cluster (an
+answer from a broker of another cluster - one the producer left, issue 29 - is retried
+elsewhere), hand the answer to a handler, and
 when the handler (or the connection) says "retriable", wait with the producer's backoff
 (``retry_backoff_ms`` doubling up to ``retry_backoff_max_ms``, with jitter) and try again,
 finding the coordinator again when it moved, until the handler accepts the answer, an
@@ -65,6 +67,18 @@ class Retry(Exception):
         self.wait_ms = wait_ms
 
 
+class GiveUp(Exception):
+    """Raised by a response handler: fail with ``error`` now, even if its class is retriable.
+
+    (UNKNOWN_TOPIC_OR_PARTITION is retriable for Produce, but committing an offset for a
+    partition that does not exist will not get better.)
+    """
+
+    def __init__(self, error: KafkaError):
+        super().__init__(str(error))
+        self.error = error
+
+
 def check_code(
     code: int,
     message: str | None = None,
@@ -124,9 +138,28 @@ class RoundTrips:
 
     # --- coordinators -------------------------------------------------------------------------
 
+    def coordinator_node(self, key_type: int, key: str) -> int | None:
+        """The node last found to coordinate ``key`` (None: not looked up, or forgotten)."""
+        return self._coordinators.get((key_type, key))
+
     def forget_coordinator(self, key_type: int, key: str) -> None:
         """Look the coordinator of ``key`` up again before its next request."""
         self._coordinators.pop((key_type, key), None)
+
+    def forget_coordinators(self) -> None:
+        """Look every coordinator up again (the cluster was replaced, issue 29)."""
+        self._coordinators.clear()
+
+    def check_cluster(self, conn: BrokerConnection) -> None:
+        """Retry elsewhere when ``conn`` leads to another cluster than the pool's (issue 29)."""
+        if not self.pool.belongs_to_cluster(conn):
+            raise Retry(
+                KafkaConnectionError(
+                    f"node {conn.node_id} belongs to cluster {conn.cluster_id!r}, not "
+                    f"{self.pool.cluster_id!r}"
+                ),
+                refind=True,
+            )
 
     async def coordinator(self, key_type: int, key: str, timeout_s: float) -> BrokerConnection:
         """A connection to the coordinator of ``key`` (FindCoordinator if not known)."""
@@ -142,6 +175,7 @@ class RoundTrips:
         response = await conn.request(request, timeout_s)
         if not isinstance(response, FindCoordinatorResponse):  # pragma: no cover
             raise KafkaError("FindCoordinator answered with another message")
+        self.check_cluster(conn)
         if response.coordinators:
             found = response.coordinators[0]
             code, message = found.error_code, found.error_message
@@ -237,7 +271,10 @@ class RoundTrips:
                 conn = await connect(timeout_s)
                 request, version = make(conn)
                 response = await conn.request(request, timeout_s, version=version)
+                self.check_cluster(conn)
                 return handle(response)
+            except GiveUp as give_up:
+                raise give_up.error from None
             except Retry as retry:
                 error = retry.error
                 if retry.refind:

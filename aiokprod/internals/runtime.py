@@ -21,7 +21,12 @@ import anyio
 
 from aiokprod.clock import Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
+from aiokprod.errors import (
+    ClusterChangedError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+)
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.adaptive import AdaptivePartitioning
 from aiokprod.internals.appender import RecordAppender
@@ -142,22 +147,17 @@ class ProducerRuntime:
             def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(fn)
 
-            pool = self.pool = ConnectionPool(
-                cfg.bootstrap_servers,
+            pool = self.pool = ConnectionPool.from_config(
+                cfg,
                 spawn=spawn,
-                client_id=cfg.client_id,
                 software_version=self.software_version,
-                max_in_flight=cfg.max_in_flight_requests_per_connection,
-                setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-                reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-                reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-                on_change=self.wakeup,
-                on_disconnect=self._on_disconnect,
                 ssl_context=ssl_context,
                 authenticate=authenticate,
                 transport=self.transport,
                 clock=self.clock,
                 rng=self.rng,
+                on_change=self.wakeup,
+                on_disconnect=self._on_disconnect,
             )
             self.fetcher = MetadataFetcher(
                 self.metadata,
@@ -166,6 +166,7 @@ class ProducerRuntime:
                 request_timeout_ms=cfg.request_timeout_ms,
                 allow_auto_create_topics=cfg.allow_auto_create_topics,
                 on_update=self.wakeup,
+                on_cluster_change=self._on_cluster_change,
                 clock=self.clock,
             )
             sender = self.sender = Sender(
@@ -231,6 +232,13 @@ class ProducerRuntime:
 
     def _on_disconnect(self, node_id: int) -> None:
         self.metadata.request_update()
+
+    def _on_cluster_change(self, old: str, new: str) -> None:
+        """The cluster behind the bootstrap address was replaced (issue 29; see the sender)."""
+        if self.sender is not None:
+            self.sender.cluster_changed(old, new)
+        if self.coordinator is not None:
+            self.coordinator.cluster_changed(ClusterChangedError(old, new))
 
     def fail_waiting(self, error: KafkaError) -> None:
         """Fail the sends that wait for memory or metadata (nothing was queued for them)."""

@@ -108,6 +108,8 @@ class SendPath:
         self._metadata = runtime.metadata
         self._appender = runtime.appender
         self._txn = runtime.txn
+        if self._txn is not None:
+            runtime.appender.enlist = self.enlist  # send_many's column paths enlist too
         self._max_block_ms: int = cfg.max_block_ms
         # Keyed records with a built-in partitioner skip the chooser (the per-record path).
         self.hash_keys: bool = (

@@ -22,7 +22,7 @@ from typing import Final
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import KafkaConnectionError, KafkaError
+from aiokprod.errors import ClusterChangedError, KafkaConnectionError, KafkaError
 from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.idempotence import IdempotenceState
@@ -333,6 +333,32 @@ class Sender:
                 self._idem.on_abandoned(batch)
         self.wakeup()
         return stamped
+
+    def cluster_changed(self, old: str, new: str) -> None:
+        """The cluster behind the bootstrap address was replaced (issue 29).
+
+        The old cluster's connections close first, so every batch in flight there comes
+        back to its queue (whether the old cluster wrote it is unknown; the new one has
+        not got it). An idempotent producer then needs a producer id from the new cluster
+        before anything is written there, and numbers every pending batch afresh under it
+        (:meth:`IdempotenceState.reset_for_new_cluster`): the new cluster never issued the
+        old id, and may have given it to another producer. A transaction open on the old
+        cluster cannot complete on the new one: its records fail with
+        :class:`ClusterChangedError` and the transaction must be aborted
+        (``abort_transaction()`` starts afresh on the new cluster).
+        """
+        self._pool.set_cluster(new)
+        idem = self._idem
+        if idem is not None:
+            idem.reset_for_new_cluster()
+        if self._producer_id is not None:
+            self._producer_id.cluster_changed(new)
+        txn = self._txn
+        if txn is not None:
+            error = ClusterChangedError(old, new)
+            txn.on_cluster_changed(error)
+            self.abort_queued(error)
+        self.wakeup()
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -134,6 +134,10 @@ class TransactionManager:
         self._offsets_added = False
         #: A Produce request of the current transaction was written.
         self._sent = False
+        #: Set when the cluster was replaced (issue 29): the coordinator of the new cluster
+        #: knows neither the transaction nor the producer id, so the next abort (or begin)
+        #: runs InitProducerId afresh with the transactional id instead of EndTxn.
+        self.reinit_required = False
 
     # --- checks for the public calls ---------------------------------------------------------
 
@@ -257,6 +261,11 @@ class TransactionManager:
         """Every record is acknowledged: the transaction waits for its completer."""
         if self.state is TxnState.PREPARING:
             self.state = TxnState.PREPARED
+
+    def prepare_cancelled(self) -> None:
+        """The prepare was cancelled while waiting: the transaction is open as before."""
+        if self.state is TxnState.PREPARING:
+            self.state = TxnState.IN_TRANSACTION
 
     def prepare_failed(self, error: KafkaError) -> None:
         """The prepare could not finish: the transaction must be aborted (or fatal)."""
@@ -383,6 +392,27 @@ class TransactionManager:
         coordinator round trip tells whether another producer fenced this one.
         """
         self.on_error(error)
+
+    def on_cluster_changed(self, error: KafkaError) -> None:
+        """The cluster behind the bootstrap address was replaced (``error`` says by which).
+
+        An open transaction cannot complete on a cluster that does not know it: it becomes
+        abortable with ``error``, and ``abort_transaction()`` re-initialises on the new
+        cluster (docs/transactions.md). Between transactions, the next ``begin_transaction()``
+        does. A fatal producer stays fatal.
+        """
+        if self.state is TxnState.FATAL_ERROR:
+            return
+        self.reinit_required = True
+        self.epoch_bump_required = False
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTABLE_ERROR):
+            self.last_error = error
+            self.state = TxnState.ABORTABLE_ERROR
+
+    def reinit_done(self) -> None:
+        """InitProducerId succeeded on the new cluster."""
+        self.reinit_required = False
+        self.epoch_bump_required = False
 
     def fail_fatal(self, error: KafkaError) -> None:
         """Enter FATAL_ERROR with ``error``."""

@@ -12,18 +12,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from aiokprod.errors import KafkaError, UnsupportedVersionError
+from aiokprod.errors import KafkaError
 from aiokprod.internals.round_trips import RoundTrips, check_code
-from aiokprod.internals.transactions import END_TXN_MAX_VERSION_TV1
+from aiokprod.internals.txn_requests import send_end_txn
 from aiokprod.net.connection import BrokerConnection
-from aiokprod.protocol.api import END_TXN
 from aiokprod.protocol.messages.coordinator import KEY_TYPE_TRANSACTION
 from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
 from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from aiokprod.protocol.messages.transactions import EndTxnRequest, EndTxnResponse
 from aiokprod.protocol.messages.txn_admin import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -53,8 +51,6 @@ TRANSACTION_STATES = frozenset(
         "PrepareEpochFence",
     }
 )
-#: EndTxn v5 is the first version the coordinator handles with transaction protocol 2.
-END_TXN_MIN_VERSION_TV2 = 5
 #: DescribeTransactions' answer for an id the coordinator does not know.
 TRANSACTIONAL_ID_NOT_FOUND = 105
 #: Requests of one operation in flight at once (fence_producers, describe_transactions).
@@ -99,34 +95,7 @@ async def complete_transaction(
         UnsupportedVersionError: protocol 2 and a coordinator without EndTxn v5.
         KafkaTimeoutError: not done within ``max_block_ms``.
     """
-
-    def make(conn: BrokerConnection) -> tuple[Struct, int | None]:
-        version = conn.protocol.version_for(END_TXN)
-        if prepared.protocol == 1:
-            version = min(version, END_TXN_MAX_VERSION_TV1)
-        elif version < END_TXN_MIN_VERSION_TV2:
-            raise UnsupportedVersionError(
-                f"transaction {prepared.transactional_id!r} was written with transaction "
-                f"protocol 2, which needs EndTxn v{END_TXN_MIN_VERSION_TV2}; the coordinator "
-                f"(node {conn.node_id}) speaks up to v{version}"
-            )
-        request = EndTxnRequest(
-            transactional_id=prepared.transactional_id,
-            producer_id=prepared.producer_id,
-            producer_epoch=prepared.producer_epoch,
-            committed=commit,
-        )
-        return request, version
-
-    def handle(response: Struct) -> None:
-        if not isinstance(response, EndTxnResponse):  # pragma: no cover
-            raise KafkaError("EndTxn answered with another message")
-        check_code(response.error_code)
-
-    what = "EndTxn(commit)" if commit else "EndTxn(abort)"
-    await requests.to_coordinator(
-        what, KEY_TYPE_TRANSACTION, prepared.transactional_id, make, handle
-    )
+    await send_end_txn(requests, prepared, commit=commit)
 
 
 async def fence_producers(

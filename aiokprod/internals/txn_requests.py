@@ -11,13 +11,14 @@ this module decides nothing about states itself.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import KafkaError
+from aiokprod.errors import BrokerError, ClusterChangedError, KafkaError, UnsupportedVersionError
 from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.round_trips import MakeRequest, RoundTrips, check_code
 from aiokprod.internals.transactions import (
@@ -50,12 +51,43 @@ from aiokprod.protocol.messages.transactions import (
     TxnOffsetCommitTopic,
 )
 from aiokprod.protocol.schema import Struct
-from aiokprod.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from aiokprod.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    TopicPartition,
+)
 
 log = get_logger("aiokprod.transactions")
 
+T = TypeVar("T")
+
 #: The feature that turns on transaction protocol 2 (KIP-890) when finalized at >= 2.
 TRANSACTION_VERSION_FEATURE = "transaction.version"
+
+
+#: EndTxn v5 is the first version the coordinator handles with transaction protocol 2.
+END_TXN_MIN_VERSION_TV2 = 5
+
+
+def end_txn_version(conn: BrokerConnection, protocol: int, transactional_id: str) -> int:
+    """The EndTxn version for a transaction of ``protocol``: <= v4 for 1, >= v5 for 2.
+
+    The coordinator decides from the version which protocol's rules the request follows.
+
+    Raises:
+        UnsupportedVersionError: protocol 2 and a broker without EndTxn v5.
+    """
+    version = conn.protocol.version_for(END_TXN)
+    if protocol == 1:
+        return min(version, END_TXN_MAX_VERSION_TV1)
+    if version < END_TXN_MIN_VERSION_TV2:
+        raise UnsupportedVersionError(
+            f"transaction {transactional_id!r} was written with transaction protocol 2, "
+            f"which needs EndTxn v{END_TXN_MIN_VERSION_TV2}; the coordinator (node "
+            f"{conn.node_id}) speaks up to v{version}"
+        )
+    return version
 
 
 def _check_code(code: int, message: str | None = None) -> None:
@@ -103,6 +135,25 @@ class TransactionCoordinator:
         self._offsets_calls = 0
         self._offsets_idle = asyncio.Event()
         self._offsets_idle.set()
+        #: Counts cluster replacements (issue 29); a round trip that began on an older
+        #: cluster fails with ``_cluster_error`` instead of going on on the new one.
+        self._generation = 0
+        self._cluster_error: ClusterChangedError | None = None
+
+    def cluster_changed(self, error: ClusterChangedError) -> None:
+        """The cluster was replaced: coordinators are found afresh; round trips under way fail.
+
+        A request of the old cluster's transaction (EndTxn, AddPartitionsToTxn, an epoch
+        bump) would name a producer id the new cluster never issued: it fails with
+        ``error`` instead, and the transaction is re-initialised (``init_producer_id``).
+        """
+        self._requests.forget_coordinators()
+        self._generation += 1
+        self._cluster_error = error
+
+    def _check_generation(self, generation: int) -> None:
+        if generation != self._generation and self._cluster_error is not None:
+            raise copy.copy(self._cluster_error)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -113,14 +164,38 @@ class TransactionCoordinator:
         key: str,
         make: MakeRequest,
         handle: Callable[[Struct], None],
+        *,
+        any_cluster: bool = False,
     ) -> None:
         """Send ``make(conn)`` to the coordinator until ``handle`` accepts the answer.
 
+        Only a broker of the cluster the producer writes to is asked. With ``any_cluster``
+        false the round trip belongs to the cluster it began on: if that one is replaced
+        meanwhile, it fails with :class:`ClusterChangedError`.
+
         Raises:
             KafkaTimeoutError: not done within ``max_block_ms``.
+            ClusterChangedError: the cluster was replaced (not with ``any_cluster``).
             KafkaError: the answer's error when it is not retriable.
         """
-        await self._requests.to_coordinator(what, key_type, key, make, handle)
+        generation = self._generation
+
+        def checked_make(conn: BrokerConnection) -> tuple[Struct, int | None]:
+            if not any_cluster:
+                self._check_generation(generation)
+            return make(conn)
+
+        def checked_handle(response: Struct) -> None:
+            if not any_cluster:
+                self._check_generation(generation)
+            handle(response)
+
+        await self._requests.to_coordinator(what, key_type, key, checked_make, checked_handle)
+
+    @property
+    def coordinator_node(self) -> int | None:
+        """The transaction coordinator's node id, once found."""
+        return self._requests.coordinator_node(*self._txn_key())
 
     def _txn_key(self) -> tuple[int, str]:
         return KEY_TYPE_TRANSACTION, self._txn.transactional_id
@@ -128,7 +203,11 @@ class TransactionCoordinator:
     # --- InitProducerId -----------------------------------------------------------------------
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
-        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360)."""
+        """InitProducerId with the transactional id; with ``bump`` keep the id (KIP-360).
+
+        Without ``bump`` it runs on whatever cluster the producer writes to when it is
+        answered: at start, and again after the cluster was replaced (issue 29).
+        """
         txn, idem = self._txn, self._idem
         key_type, key = self._txn_key()
 
@@ -149,6 +228,8 @@ class TransactionCoordinator:
             _check_code(response.error_code)
             idem.set_producer_id(response.producer_id, response.producer_epoch)
             txn.epoch_bump_required = False
+            if not bump:
+                txn.reinit_done()
             log.info(
                 "transactional producer id",
                 transactional_id=txn.transactional_id,
@@ -158,7 +239,8 @@ class TransactionCoordinator:
             )
 
         await self._guarded(
-            "InitProducerId", self._round_trip("InitProducerId", key_type, key, make, handle)
+            "InitProducerId",
+            self._round_trip("InitProducerId", key_type, key, make, handle, any_cluster=not bump),
         )
         self._wakeup()
 
@@ -171,8 +253,12 @@ class TransactionCoordinator:
 
     async def _guarded(self, what: str, call: Coroutine[Any, Any, None]) -> None:
         """Await a round trip; a fatal error makes the producer fatal."""
+        await self._guarded_result(what, call)
+
+    async def _guarded_result(self, what: str, call: Coroutine[Any, Any, T]) -> T:
+        """:meth:`_guarded` for a round trip with a result."""
         try:
-            await call
+            return await call
         except KafkaError as exc:
             if is_fatal(exc):
                 self._txn.fail_fatal(exc)
@@ -335,27 +421,51 @@ class TransactionCoordinator:
     async def end_txn(self, *, commit: bool) -> None:
         """EndTxn; under protocol 2 the answer carries the next epoch (or a new id)."""
         txn, idem = self._txn, self._idem
-        key_type, key = self._txn_key()
-
-        def make(conn: BrokerConnection) -> tuple[Struct, int | None]:
-            version = None
-            if not txn.tv2:
-                version = min(conn.protocol.version_for(END_TXN), END_TXN_MAX_VERSION_TV1)
-            request = EndTxnRequest(
-                transactional_id=txn.transactional_id,
-                producer_id=idem.producer_id,
-                producer_epoch=idem.producer_epoch,
-                committed=commit,
-            )
-            return request, version
-
-        def handle(response: Struct) -> None:
-            if not isinstance(response, EndTxnResponse):  # pragma: no cover
-                raise KafkaError("EndTxn answered with another message")
-            _check_code(response.error_code)
-            if txn.tv2 and response.producer_id >= 0 and response.producer_epoch >= 0:
-                idem.set_producer_id(response.producer_id, response.producer_epoch)
-
+        ids = PreparedTransaction(
+            txn.transactional_id, idem.producer_id, idem.producer_epoch, 2 if txn.tv2 else 1
+        )
         what = "EndTxn(commit)" if commit else "EndTxn(abort)"
-        await self._guarded(what, self._round_trip(what, key_type, key, make, handle))
+        response = await self._guarded_result(
+            what, send_end_txn(self._requests, ids, commit=commit, translate=coordinator_error)
+        )
+        if txn.tv2 and response.producer_id >= 0 and response.producer_epoch >= 0:
+            idem.set_producer_id(response.producer_id, response.producer_epoch)
         self._wakeup()
+
+
+async def send_end_txn(
+    requests: RoundTrips,
+    ids: PreparedTransaction,
+    *,
+    commit: bool,
+    translate: Callable[[BrokerError], KafkaError] | None = None,
+) -> EndTxnResponse:
+    """EndTxn for the transaction ``ids`` names, at the version its protocol needs.
+
+    Shared by the producer's commit and abort and by ``Admin.complete_transaction``.
+
+    Raises:
+        KafkaError: the coordinator's error (``translate`` d), UnsupportedVersionError, or
+            KafkaTimeoutError after ``max_block_ms``.
+    """
+
+    def make(conn: BrokerConnection) -> tuple[Struct, int | None]:
+        version = end_txn_version(conn, ids.protocol, ids.transactional_id)
+        request = EndTxnRequest(
+            transactional_id=ids.transactional_id,
+            producer_id=ids.producer_id,
+            producer_epoch=ids.producer_epoch,
+            committed=commit,
+        )
+        return request, version
+
+    def handle(response: Struct) -> EndTxnResponse:
+        if not isinstance(response, EndTxnResponse):  # pragma: no cover
+            raise KafkaError("EndTxn answered with another message")
+        check_code(response.error_code, translate=translate)
+        return response
+
+    what = "EndTxn(commit)" if commit else "EndTxn(abort)"
+    return await requests.to_coordinator(
+        what, KEY_TYPE_TRANSACTION, ids.transactional_id, make, handle
+    )

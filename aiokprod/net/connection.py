@@ -34,6 +34,7 @@ from aiokprod.net.transport import READ_CHUNK_BYTES, ByteStream, StreamTransport
 from aiokprod.protocol.api import API_VERSIONS
 from aiokprod.protocol.connection import ClientConnection, api_versions_retry_version
 from aiokprod.protocol.messages.api_versions import ApiVersionsResponse
+from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from aiokprod.protocol.schema import Struct
 
 log = get_logger("aiokprod.net")
@@ -105,6 +106,10 @@ class BrokerConnection:
         #: Monotonic ms after which no new request goes out (the SASL session is about to
         #: expire); the pool then replaces the connection once it is idle. None: never.
         self.reauth_at_ms: int | None = None
+        #: The id of the cluster the broker belongs to, asked for when the connection opened
+        #: (None: not asked, or a broker that does not say). The pool uses only connections
+        #: of the cluster the producer writes to (issue 29).
+        self.cluster_id: str | None = None
 
     def __repr__(self) -> str:
         state = "ready" if self.ready else ("closed" if self.closed_error else "opening")
@@ -112,8 +117,17 @@ class BrokerConnection:
 
     # --- opening ----------------------------------------------------------------------------
 
-    async def open(self, timeout_s: float, authenticate: Authenticator | None = None) -> None:
+    async def open(
+        self,
+        timeout_s: float,
+        authenticate: Authenticator | None = None,
+        *,
+        identify_cluster: bool = False,
+    ) -> None:
         """Connect and negotiate API versions (and authenticate, if asked).
+
+        With ``identify_cluster`` the broker is then asked which cluster it belongs to (an
+        empty Metadata request; :attr:`cluster_id`), within the same ``timeout_s``.
 
         Raises:
             KafkaConnectionError: the broker is unreachable, or the handshake failed or
@@ -131,6 +145,8 @@ class BrokerConnection:
                 await self._negotiate_versions()
                 if authenticate is not None:
                     await authenticate(self)
+                if identify_cluster:
+                    await self._identify_cluster()
         except TimeoutError:
             self._abort()
             raise KafkaConnectionError(
@@ -189,6 +205,15 @@ class BrokerConnection:
                 )
             version = retry
         raise UnsupportedVersionError(f"node {self.node_id}: ApiVersions negotiation failed")
+
+    async def _identify_cluster(self) -> None:
+        """Ask the broker for its cluster id: Metadata for no topic (brokers and ids only)."""
+        response = await self.handshake_request(
+            MetadataRequest(topics=[], allow_auto_topic_creation=False)
+        )
+        if not isinstance(response, MetadataResponse):  # pragma: no cover - table invariant
+            raise ProtocolError("Metadata answered with another message")
+        self.cluster_id = response.cluster_id
 
     async def exchange_raw(self, frame: bytes | bytearray) -> Struct:
         """Write one framed request and read its response before the read loop runs.

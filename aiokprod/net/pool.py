@@ -11,6 +11,15 @@ brokers, as in the Java client. Failed attempts back off exponentially between
 
 Each connection's task (open, then read until closed) runs in the producer's task group via
 the ``spawn`` function the pool is given, so no connection outlives the producer.
+
+Every connection asks its broker for the cluster id while it opens (issue 29). The first
+answer names the cluster the producer writes to (a Metadata answer from another one later
+means it was replaced: :meth:`ConnectionPool.set_cluster`); a broker of another cluster is
+not used: a connection to a node that answers for another cluster fails
+like a refused connect (the address now leads elsewhere: a stale broker of a replaced cluster,
+or a cluster replaced in place), and a cluster the producer left is refused even on a
+bootstrap address. Bootstrap addresses may lead to a new cluster: that is how the producer
+finds the one that replaced its cluster.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any
 
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import SYSTEM_CLOCK, Clock
+from aiokprod.config import ProducerConfig
 from aiokprod.errors import AuthenticationError, KafkaConnectionError, KafkaError
 from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.connection import Authenticator, BrokerConnection
@@ -109,6 +119,100 @@ class ConnectionPool:
         self.auth_error: AuthenticationError | None = None
         self._closed = False
         self._warn = LogEvery(WARN_EVERY_MS)
+        #: The cluster the producer writes to (from metadata), and the ones it left.
+        self._cluster_id: str | None = None
+        self._retired_clusters: set[str] = set()
+
+    # --- the cluster --------------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The id of the cluster the producer writes to (None until a broker named one)."""
+        return self._cluster_id
+
+    def is_retired(self, cluster_id: str) -> bool:
+        """Whether ``cluster_id`` is a cluster this producer left for another one."""
+        return cluster_id in self._retired_clusters
+
+    def set_cluster(self, cluster_id: str) -> None:
+        """Write to ``cluster_id`` from now on; the cluster before it is never used again.
+
+        Open connections to brokers of any other cluster close (their requests fail with a
+        retriable connection error); reconnect backoffs start afresh.
+        """
+        old = self._cluster_id
+        if cluster_id == old:
+            return
+        if old is not None:
+            self._retired_clusters.add(old)
+            self._failures.clear()
+            self._next_attempt_ms.clear()
+        self._cluster_id = cluster_id
+        for node_id, conn in list(self._connections.items()):
+            if conn.cluster_id != cluster_id:
+                conn.close(
+                    KafkaConnectionError(
+                        f"node {node_id} belongs to cluster {conn.cluster_id!r}; the producer "
+                        f"writes to cluster {cluster_id!r} now"
+                    )
+                )
+
+    def belongs_to_cluster(self, conn: BrokerConnection) -> bool:
+        """Whether ``conn`` leads to the cluster the producer writes to (or either is unknown)."""
+        current = self._cluster_id
+        return conn.cluster_id is None or current is None or conn.cluster_id == current
+
+    def _foreign_cluster_error(self, conn: BrokerConnection) -> KafkaConnectionError | None:
+        """Why a freshly opened connection must not be used, if it must not (see the module)."""
+        theirs, ours = conn.cluster_id, self._cluster_id
+        if theirs is None or ours is None or theirs == ours:
+            return None
+        where = f"node {conn.node_id} at {conn.host}:{conn.port}"
+        if theirs in self._retired_clusters:
+            return KafkaConnectionError(
+                f"{where} answers for cluster {theirs!r}, which this producer left for "
+                f"cluster {ours!r}: not used"
+            )
+        if conn.node_id < 0:
+            return None  # a bootstrap address may lead to the cluster that replaced ours
+        return KafkaConnectionError(
+            f"{where} belongs to cluster {theirs!r}, not to cluster {ours!r} that this "
+            f"producer writes to: not used"
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ProducerConfig,
+        *,
+        spawn: Spawn,
+        software_version: str,
+        ssl_context: ssl.SSLContext | None,
+        authenticate: Authenticator | None,
+        transport: Transport | None,
+        clock: Clock,
+        rng: random.Random,
+        on_change: Callable[[], None] = lambda: None,
+        on_disconnect: Callable[[int], None] = lambda node_id: None,
+    ) -> ConnectionPool:
+        """A pool with the connection options of ``config`` (the producer's and the admin's)."""
+        return cls(
+            config.bootstrap_servers,
+            spawn=spawn,
+            client_id=config.client_id,
+            software_version=software_version,
+            max_in_flight=config.max_in_flight_requests_per_connection,
+            setup_timeout_ms=config.socket_connection_setup_timeout_ms,
+            reconnect_backoff_ms=config.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            on_change=on_change,
+            on_disconnect=on_disconnect,
+            ssl_context=ssl_context,
+            authenticate=authenticate,
+            transport=transport,
+            clock=clock,
+            rng=rng,
+        )
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -297,7 +401,15 @@ class ConnectionPool:
     ) -> None:
         node_id = conn.node_id
         try:
-            await conn.open(self._setup_timeout_s, self._authenticate)
+            await conn.open(self._setup_timeout_s, self._authenticate, identify_cluster=True)
+            foreign = self._foreign_cluster_error(conn)
+            if foreign is not None:
+                conn.close(foreign)
+                raise foreign
+            if self._cluster_id is None and conn.cluster_id is not None:
+                # The first broker heard from names the cluster: a producer id may be asked
+                # for before any metadata (simulator seeds 3420, 5190, 9724, 9973).
+                self.set_cluster(conn.cluster_id)
         except KafkaError as exc:
             self._connecting.pop(node_id, None)
             self._record_failure(node_id, exc)

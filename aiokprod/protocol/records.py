@@ -381,6 +381,59 @@ class RecordBatchBuilder:
             self.record_count = count
         return leftover
 
+    def append_encoded(
+        self,
+        timestamp_ms: int,
+        records: bytes | bytearray | memoryview,
+        count: int,
+        expect_count: int,
+        expect_size: int,
+        size_limit: int,
+        next_size: int,
+    ) -> bool:
+        """Append ``count`` records encoded ahead for this batch (see :mod:`.encoded`).
+
+        The records must be unkeyed or keyed, header-less or not, exactly as
+        :meth:`try_append` would encode them here: offset deltas from ``expect_count`` on
+        and timestamp ``timestamp_ms``. That holds only if the batch is in the state they
+        were encoded for, so nothing is appended (False) unless it holds ``expect_count``
+        records in ``expect_size`` bytes, based at ``timestamp_ms``, is not full, and takes
+        them within ``size_limit``.
+
+        Args:
+            timestamp_ms: the create time of every record (and the batch's base timestamp).
+            records: the encoded records, back to back.
+            count: how many records ``records`` holds (0: none, but ``next_size`` still
+                tells whether the batch is full).
+            expect_count: the records the batch must hold already.
+            expect_size: the bytes the batch must hold already (its header included).
+            size_limit: the batch's byte budget, as for :meth:`try_append`.
+            next_size: what the record after these would take in this batch, -1 if none
+                follows: the batch is full if it would not fit (or ``size_limit`` is
+                reached), as :meth:`try_append` would find.
+
+        Returns:
+            Whether the records were appended.
+        """
+        buf = self._buf
+        used = len(buf) + len(records)
+        if (
+            count < 0
+            or self.full
+            or self.record_count != expect_count
+            or len(buf) != expect_size
+            or self.base_timestamp != timestamp_ms
+            or used > size_limit
+        ):
+            return False
+        buf += records
+        self.record_count += count
+        if timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
+        if used >= size_limit or (next_size >= 0 and used + next_size > size_limit):
+            self.full = True
+        return True
+
     def close(self) -> ClosedBatch:
         """Finish the batch: compress the records section and write the header.
 

@@ -5,9 +5,11 @@ pickled to the executors, and called once per task with the partition's Arrow ba
 runs ``asyncio.run()`` around an aiokprod :class:`~aiokprod.Producer`:
 
 - binary and string columns are read straight from the Arrow arrays (``string`` is viewed
-  as ``binary``, no decoding), one ``to_pylist()`` per column per batch, and handed to
-  :meth:`Producer.send_many` — one call per (topic, partition) group of a batch, no
-  ``Row`` and no future per record;
+  as ``binary``, no decoding) and handed to :meth:`Producer.send_many` — one call per
+  (topic, partition) group of a batch, no ``Row`` and no future per record; unkeyed values
+  as an :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append
+  path encodes batch by batch straight from the Arrow buffers, keyed ones (hashed per key)
+  with one ``to_pylist()`` per column;
 - rows with headers (``send_many`` takes one header set per call) go through
   :meth:`Producer.send` one by one, counted by delivery callbacks;
 - the first failure stops the partition: the rows after it are *not sent*.
@@ -26,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.producer import Producer
-from aiokprod.spark.options import unseal
 from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+from aiokprod.spark.heap import freeze_after_first_task
+from aiokprod.spark.options import unseal
 from aiokprod.spark.results import PartitionResult
 
 if TYPE_CHECKING:
@@ -81,7 +84,9 @@ class PartitionWriter:
         A fresh event loop per call: nothing is shared with, or left to, the next task that
         this (possibly reused) Python worker runs.
         """
-        return asyncio.run(self._write(index, attempt, iter(batches), micro_batch))
+        result = asyncio.run(self._write(index, attempt, iter(batches), micro_batch))
+        freeze_after_first_task()  # the worker's later per-task collections (spark/heap.py)
+        return result
 
     def producer_options(self, index: int) -> dict[str, Any]:
         """The options of partition ``index``'s producer, credentials unsealed."""
@@ -101,7 +106,9 @@ class PartitionWriter:
         if self.exactly_once is not None:
             from aiokprod.spark.txn_task import write_transaction
 
-            return await write_transaction(self, index, attempt, _read_ahead(batches), tally, micro_batch)
+            return await write_transaction(
+                self, index, attempt, _read_ahead(batches), tally, micro_batch
+            )
         producer = Producer(self.bootstrap_servers, **self.producer_options(index))
         started = False
         try:
@@ -141,6 +148,8 @@ class PartitionWriter:
     async def _send_batch(self, producer: Producer, batch: pa.RecordBatch, tally: _Tally) -> None:
         import pyarrow.compute as pc
 
+        from aiokprod.spark.encoder import ArrowValues
+
         at = {name.lower(): i for i, name in enumerate(batch.schema.names)}
         values = _binary(batch.column(at["value"]))
         keys = _binary(batch.column(at["key"])) if "key" in at else None
@@ -173,7 +182,10 @@ class PartitionWriter:
             try:
                 bulk = await producer.send_many(
                     topic,
-                    part_values.to_pylist(),
+                    # unkeyed: encoded straight from the Arrow buffers (spark/encoder.py)
+                    ArrowValues(part_values)
+                    if part_keys is None and ArrowValues.takes(part_values.type)
+                    else part_values.to_pylist(),
                     keys=None if part_keys is None else part_keys.to_pylist(),
                     partition=partition,
                 )

@@ -39,7 +39,7 @@ from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartitio
 if TYPE_CHECKING:
     from aiokprod.admin import Admin
 
-__all__ = ["CommitReport", "ExactlyOnceCommitError", "Committer"]
+__all__ = ["CommitReport", "Committer", "ExactlyOnceCommitError"]
 
 log = get_logger("aiokprod.spark")
 
@@ -106,7 +106,9 @@ class Committer:
 
     # --- the synchronous entry points (Spark's driver) ------------------------------------
 
-    def commit(self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]) -> CommitReport:
+    def commit(
+        self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]
+    ) -> CommitReport:
         """Commit every task's transaction, atomically as far as Kafka allows.
 
         Raises:
@@ -115,13 +117,18 @@ class Committer:
         """
         return asyncio.run(self._with_admin(lambda a: self._commit(a, run_id, batch_id, results)))
 
-    def abort(self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]) -> CommitReport:
+    def abort(
+        self, run_id: str, batch_id: int | None, results: Sequence[TaskResult | None]
+    ) -> CommitReport:
         """Abort the tasks' transactions - or, if this commit was decided, complete it."""
         return asyncio.run(self._with_admin(lambda a: self._abort(a, run_id, batch_id, results)))
 
     def recover(self, *, fence_open: bool) -> CommitReport:
-        """Complete a decision left not done; with ``fence_open``, abort every other open
-        transaction of the prefix (only where no task of this sink is running)."""
+        """Complete a decision left not done; with ``fence_open``, abort the others.
+
+        ``fence_open`` aborts every other open transaction of the prefix: only where no task
+        of this sink is running.
+        """
         return asyncio.run(self._with_admin(lambda a: self._recover(a, fence_open=fence_open)))
 
     async def _with_admin(self, work: Callable[[Admin], Awaitable[T]]) -> T:
@@ -154,12 +161,16 @@ class Committer:
             raise ExactlyOnceCommitError("commit(): no topic to store the decision against")
         seq = next_sequence(int(time.time() * 1000), seq)
         await self._store(admin, topic, seq, decision)
-        committed, lost = await self._complete(admin, run_id, batch_id, plan.transactions)
+        committed, lost = await self._complete(
+            admin, run_id, batch_id, plan.transactions, plan.marker_topics
+        )
         await self._store(admin, topic, seq, decision.finished())
         aborted = await self._fence_open(admin, keep=())
         report = CommitReport(tuple(committed), plan.skipped, tuple(lost), aborted)
         if lost:
-            raise ExactlyOnceCommitError(self._lost_message(batch_id, committed, lost), committed, lost)
+            raise ExactlyOnceCommitError(
+                self._lost_message(batch_id, committed, lost), committed, lost
+            )
         return report
 
     async def _check_open(self, admin: Admin, txns: Mapping[int, PreparedTransaction]) -> None:
@@ -182,7 +193,8 @@ class Committer:
             f"the transactions of Spark partitions {shown} are no longer open (aborted by "
             "the coordinator's transaction timeout - kafka.transaction.timeout.ms - or fenced "
             "by a newer attempt): nothing was committed and every other transaction was "
-            "aborted" + (", the micro-batch runs again when the query restarts" if self.streaming else ""),
+            "aborted"
+            + (", the micro-batch runs again when the query restarts" if self.streaming else ""),
             lost=[p for p, _ in gone],
         )
 
@@ -192,8 +204,12 @@ class Committer:
         run_id: str,
         batch_id: int | None,
         txns: Mapping[int, PreparedTransaction],
+        topics: Mapping[int, str],
     ) -> tuple[list[int], list[int]]:
-        """EndTxn(commit) for each; a transaction found gone is checked against its marker."""
+        """EndTxn(commit) for each; a transaction found gone is checked against its marker.
+
+        The marker of partition p is on partition 0 of ``topics[p]``.
+        """
 
         async def one(item: tuple[int, PreparedTransaction]) -> bool:
             partition, txn = item
@@ -201,9 +217,12 @@ class Committer:
                 await admin.complete_transaction(txn, commit=True)
                 return True
             except _GONE as exc:
-                if self.streaming and batch_id is not None:
+                topic = topics.get(partition)
+                if self.streaming and batch_id is not None and topic is not None:
                     offsets = await admin.list_consumer_group_offsets(
-                        marker_group(self.prefix, partition), require_stable=True
+                        marker_group(self.prefix, partition),
+                        [TopicPartition(topic, 0)],
+                        require_stable=True,
                     )
                     if batch_committed(offsets, run_id, batch_id):
                         return True
@@ -253,7 +272,9 @@ class Committer:
             except _GONE:
                 pass  # not open any more: nothing to abort
             except KafkaError as exc:
-                log.warning("EndTxn(abort) failed; fencing", id=txn.transactional_id, error=str(exc))
+                log.warning(
+                    "EndTxn(abort) failed; fencing", id=txn.transactional_id, error=str(exc)
+                )
                 failed.append(txn.transactional_id)
 
         await _bounded(one, txns)
@@ -279,7 +300,9 @@ class Committer:
             topic = next(iter(tp.topic for tp, v in offsets.items() if v.offset == found[0]))
             await self._store(admin, topic, found[0], decision.finished())
         return CommitReport(
-            committed=tuple(sorted([_partition(self.prefix, t) for t in plan.complete] + list(plan.committed))),
+            committed=tuple(
+                sorted([_partition(self.prefix, t) for t in plan.complete] + list(plan.committed))
+            ),
             lost=plan.lost,
             aborted=plan.fence,
         )
@@ -315,7 +338,11 @@ class Committer:
     async def _open_ids(self, admin: Admin) -> list[str]:
         listed = await admin.list_transactions(states=["Ongoing"])
         return sorted(
-            {t.transactional_id for t in listed if partition_of(self.prefix, t.transactional_id) is not None}
+            {
+                t.transactional_id
+                for t in listed
+                if partition_of(self.prefix, t.transactional_id) is not None
+            }
         )
 
     # --- the decision record ------------------------------------------------------------------
@@ -331,7 +358,9 @@ class Committer:
             decision_group(self.prefix), {TopicPartition(topic, 0): value}
         )
 
-    def _lost_message(self, batch_id: int | None, committed: Sequence[int], lost: Sequence[int]) -> str:
+    def _lost_message(
+        self, batch_id: int | None, committed: Sequence[int], lost: Sequence[int]
+    ) -> str:
         what = "the batch job" if batch_id is None else f"micro-batch {batch_id}"
         then = (
             "restart the query: the micro-batch runs again and writes those partitions, the "

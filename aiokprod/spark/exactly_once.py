@@ -208,10 +208,13 @@ def decide_task(
     """
     if rows == 0:
         return TaskAction.NOTHING
-    if query_id is not None and batch_id is not None and marker_offsets is not None:
-        if batch_committed(marker_offsets, query_id, batch_id):
-            return TaskAction.SKIP
-    return TaskAction.WRITE
+    replay_committed = (
+        query_id is not None
+        and batch_id is not None
+        and marker_offsets is not None
+        and batch_committed(marker_offsets, query_id, batch_id)
+    )
+    return TaskAction.SKIP if replay_committed else TaskAction.WRITE
 
 
 # --- the driver's decision ----------------------------------------------------------------
@@ -391,6 +394,8 @@ class CommitPlan:
     skipped: tuple[int, ...]
     #: A topic the sink wrote to: the decision is stored against its partition 0.
     topic: str | None
+    #: The topic of each written partition's first row: its marker is on its partition 0.
+    marker_topics: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
 
 def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
@@ -402,7 +407,7 @@ def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
     """
     txns: dict[int, PreparedTransaction] = {}
     skipped: list[int] = []
-    topics: list[str] = []
+    topics: dict[int, str] = {}
     seen: set[int] = set()
     for result in results:
         if result is None:
@@ -417,8 +422,9 @@ def plan_commit(results: Sequence[TaskResult | None]) -> CommitPlan:
                 raise ConfigError(f"commit(): partition {result.partition} has no transaction")
             txns[result.partition] = result.transaction
             if result.topic is not None:
-                topics.append(result.topic)
-    return CommitPlan(txns, tuple(sorted(skipped)), min(topics) if topics else None)
+                topics[result.partition] = result.topic
+    first = min(topics.values()) if topics else None
+    return CommitPlan(txns, tuple(sorted(skipped)), first, topics)
 
 
 # --- recovery -----------------------------------------------------------------------------
@@ -428,13 +434,19 @@ class TransactionView(Protocol):
     """What recovery reads of a transaction (DescribeTransactions)."""
 
     @property
-    def state(self) -> str: ...
+    def state(self) -> str:
+        """The coordinator's state name (``"Ongoing"``, ``"CompleteCommit"``, ...)."""
+        ...
 
     @property
-    def producer_id(self) -> int: ...
+    def producer_id(self) -> int:
+        """The id's producer id now."""
+        ...
 
     @property
-    def producer_epoch(self) -> int: ...
+    def producer_epoch(self) -> int:
+        """The id's epoch now."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

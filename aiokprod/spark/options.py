@@ -54,6 +54,13 @@ __all__ = [
 #: and ignored. ``includeHeaders`` is a Kafka *source* option that Spark's sink accepts too.
 SPARK_OPTIONS = frozenset({"includeheaders", "checkpointlocation", "path", "queryname"})
 
+#: The sink's own options (lower-cased, as Spark hands them over) and their spelling.
+_SINK_OPTIONS = {
+    "topic": "topic",
+    "deliveryguarantee": "deliveryGuarantee",
+    "transactionalidprefix": "transactionalIdPrefix",
+}
+
 #: Java producer options that have no aiokprod equivalent as written, and why.
 JAVA_ONLY: dict[str, str] = {
     "key_serializer": "the sink sends the key column's bytes (as Spark's Kafka sink does)",
@@ -180,40 +187,21 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             a value the producer refuses. Credentials are never part of the message.
     """
     bootstrap: str | None = None
-    topic: str | None = None
-    guarantee = AT_LEAST_ONCE
-    prefix: str | None = None
+    sink: dict[str, str] = {}  # topic, deliveryguarantee, transactionalidprefix
     typed: dict[str, Any] = {}
     hints = typing.get_type_hints(ProducerConfig)
     for raw_name, text in options.items():
         name = raw_name.lower()
-        if name == "topic":
-            topic = text
-            if not topic:
-                raise ConfigError("option topic: must not be empty")
-            continue
-        if name == "deliveryguarantee":
-            guarantee = text.strip().lower()
-            if guarantee not in GUARANTEES:
-                raise ConfigError(
-                    f"option deliveryGuarantee: {text!r} is not one of {', '.join(GUARANTEES)}"
-                )
-            continue
-        if name == "transactionalidprefix":
-            prefix = text
+        if name in _SINK_OPTIONS:
+            sink[name] = text
             continue
         if name in SPARK_OPTIONS:
             continue
         if not name.startswith("kafka."):
-            known = [
-                "topic",
-                "deliveryGuarantee",
-                "transactionalIdPrefix",
-                "kafka.bootstrap.servers",
-                "kafka.<Java producer option>",
-            ]
             raise ConfigError(
-                f"unknown option {raw_name!r} for format('aiokprod'): it takes " + ", ".join(known)
+                f"unknown option {raw_name!r} for format('aiokprod'): it takes "
+                + ", ".join([*_SINK_OPTIONS.values(), "kafka.bootstrap.servers"])
+                + ", kafka.<Java producer option>"
             )
         java = name[len("kafka.") :]
         ours = java.replace(".", "_").replace("-", "_")
@@ -244,7 +232,16 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         typed[ours] = _convert(raw_name, ours, text, hints[ours])
     if not bootstrap:
         raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port])")
-    prefix = guarantee_options(guarantee, prefix, typed)
+    topic = sink.get("topic")
+    if topic is not None and not topic:
+        raise ConfigError("option topic: must not be empty")
+    text = sink.get("deliveryguarantee", AT_LEAST_ONCE)
+    guarantee = text.strip().lower()
+    if guarantee not in GUARANTEES:
+        raise ConfigError(
+            f"option deliveryGuarantee: {text!r} is not one of {', '.join(GUARANTEES)}"
+        )
+    prefix = guarantee_options(guarantee, sink.get("transactionalidprefix"), typed)
     try:
         ProducerConfig.from_options(bootstrap, **typed, **_as_transactional(prefix))
     except ConfigError as exc:

@@ -40,8 +40,10 @@ FORMAT = "aiokprod"
 
 @dataclasses.dataclass(frozen=True)
 class PartitionCommitMessage(WriterCommitMessage):
-    """What a task that succeeded sends to the driver's ``commit()``: its counts (and, writing
-    exactly once, its prepared transaction and micro-batch)."""
+    """What a task that succeeded sends to the driver's ``commit()``.
+
+    Its counts, and, writing exactly once, its prepared transaction and micro-batch.
+    """
 
     result: PartitionResult
     micro_batch: MicroBatch | None = None
@@ -66,7 +68,9 @@ class AiokprodDataSource(DataSource):
         """The format name: ``aiokprod``."""
         return FORMAT
 
-    def _sink(self, schema: Any, overwrite: bool, streaming: bool) -> tuple[PartitionWriter, Committer | None]:
+    def _sink(
+        self, schema: Any, overwrite: bool, streaming: bool
+    ) -> tuple[PartitionWriter, Committer | None]:
         if overwrite:
             raise ConfigError(
                 "format('aiokprod') appends to Kafka topics: use mode('append') "
@@ -162,15 +166,19 @@ class _BatchWriter(DataSourceArrowWriter):
         return _write_task(self._writer, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Every task succeeded. At-least-once: the records are in Kafka already. Exactly-once:
-        commit every task's transaction (the job's rows become visible)."""
+        """Every task succeeded: exactly-once commits every task's transaction.
+
+        At-least-once has nothing to do: the records are in Kafka already.
+        """
         if self._committer is not None:
             self._committer.commit(self._run_id, None, _results(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """A task (or the commit) failed. At-least-once: Kafka has no rollback, the succeeded
-        partitions' records stay. Exactly-once: abort every transaction - unless the commit was
-        decided, which is then completed."""
+        """A task (or the commit) failed: exactly-once aborts every transaction.
+
+        Unless the commit was decided: it is completed then. At-least-once: Kafka has no
+        rollback, the succeeded partitions' records stay.
+        """
         if self._committer is not None:
             self._committer.abort(self._run_id, None, _results(messages))
 
@@ -187,14 +195,18 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self._writer, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """At-least-once: the micro-batch's records are in Kafka already. Exactly-once: commit
-        every task's transaction."""
+        """Exactly-once: commit every task's transaction of the micro-batch.
+
+        At-least-once: the micro-batch's records are in Kafka already.
+        """
         if self._committer is not None:
             self._committer.commit(_query_id(messages, batchId), batchId, _results(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """At-least-once: the records already delivered stay. Exactly-once: abort every
-        transaction of the micro-batch (or complete its commit, if it was decided)."""
+        """Exactly-once: abort the micro-batch's transactions (complete a decided commit).
+
+        At-least-once: the records already delivered stay.
+        """
         if self._committer is not None:
             self._committer.abort(_query_id(messages, batchId), batchId, _results(messages))
 

@@ -20,6 +20,7 @@ so a retry never duplicates.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +74,22 @@ async def write_transaction(
     try:
         try:
             await producer.start()
-            if micro_batch is not None:
-                action = await _marker_action(writer, options, eos.prefix, index, micro_batch)
+            if micro_batch is not None and topic is not None:
+                action = await _marker_action(
+                    writer, options, topic, eos.prefix, index, micro_batch
+                )
             if action is TaskAction.SKIP:
                 await _count_skipped(batches, tally)
             else:
-                prepared = await _write_and_prepare(writer, producer, batches, tally, topic, index, micro_batch)
+                prepared = await _write_and_prepare(
+                    writer,
+                    producer,
+                    batches,
+                    tally,
+                    topic,
+                    marker_group(eos.prefix, index),
+                    micro_batch,
+                )
         except Exception as exc:
             tally.fail(0, exc)
             await _count_rest(batches, tally)
@@ -100,20 +111,20 @@ async def _write_and_prepare(
     batches: AsyncIterator[pa.RecordBatch],
     tally: _Tally,
     topic: str | None,
-    index: int,
+    group: str,
     micro_batch: MicroBatch | None,
 ) -> PreparedTransaction | None:
-    """The rows (and the marker) in a transaction, prepared; None after a failed row."""
-    eos = writer.exactly_once
-    assert eos is not None  # noqa: S101 - checked by write_transaction
+    """The rows (and the marker, in ``group``) in a transaction, prepared.
+
+    None after a failed row (the caller aborts).
+    """
     await producer.begin_transaction()
     await writer.send_all(producer, batches, tally)
     if tally.stopped:
         return None
     if micro_batch is not None and topic is not None:
         await producer.send_offsets_to_transaction(
-            {TopicPartition(topic, 0): marker(micro_batch.query_id, micro_batch.batch_id)},
-            marker_group(eos.prefix, index),
+            {TopicPartition(topic, 0): marker(micro_batch.query_id, micro_batch.batch_id)}, group
         )
     prepared = await producer.prepare_transaction()  # raises if a record failed
     tally.collect(final=True)  # every record is acknowledged: count them
@@ -123,15 +134,20 @@ async def _write_and_prepare(
 async def _marker_action(
     writer: PartitionWriter,
     options: dict[str, Any],
+    topic: str,
     prefix: str,
     index: int,
     micro_batch: MicroBatch,
 ) -> TaskAction:
-    """Read the partition's marker (after InitProducerId, RequireStable) and decide."""
+    """Read the partition's marker (after InitProducerId, RequireStable) and decide.
+
+    The marker's partition is named: a broker asked for "every partition" of a group lists
+    only those with a committed offset, so a marker still being committed would go unseen.
+    """
     admin_options = {k: v for k, v in options.items() if k != "transactional_id"}
     async with Admin(writer.bootstrap_servers, **admin_options) as admin:
         offsets = await admin.list_consumer_group_offsets(
-            marker_group(prefix, index), require_stable=True
+            marker_group(prefix, index), [TopicPartition(topic, 0)], require_stable=True
         )
     return decide_task(1, offsets, micro_batch.query_id, micro_batch.batch_id)
 
@@ -151,12 +167,13 @@ async def _count_rest(batches: AsyncIterator[pa.RecordBatch], tally: _Tally) -> 
 
 
 async def _abort_quietly(producer: Producer) -> None:
-    """Abort the transaction after a failure; if that fails too, the next attempt's
-    InitProducerId (or the coordinator's timeout) aborts it."""
-    try:
+    """Abort the transaction after a failure.
+
+    If that fails too, the next attempt's InitProducerId (or the coordinator's timeout)
+    aborts it.
+    """
+    with contextlib.suppress(Exception):
         await producer.abort_transaction()
-    except Exception:  # noqa: BLE001 - the task fails with the first error already
-        pass
 
 
 def _first_topic(batch: pa.RecordBatch) -> str | None:

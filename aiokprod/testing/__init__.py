@@ -7,6 +7,8 @@ Nothing here is part of the producer client; it is the harness the client is tes
 * ``python -m aiokprod.testing run|exec|fetch|classpath`` is the command-line front end.
 * ``aiokprod.testing.pytest_plugin`` provides the ``kafka``, ``kafka_cluster``,
   ``new_topic`` and ``new_cluster_topic`` fixtures.
+* :class:`TcpForwarder` is one switchable address (a load balancer); with it,
+  :class:`ClusterReplacement` replaces a cluster by another behind one bootstrap address.
 
 See ``docs/local-kafka.md``.
 """
@@ -22,8 +24,10 @@ from aiokprod.testing.distribution import (
     kafka_version,
 )
 from aiokprod.testing.errors import LocalKafkaError
+from aiokprod.testing.forwarder import TcpForwarder
 from aiokprod.testing.java import run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
+from aiokprod.testing.replacement import ClusterReplacement
 
 
 def kafka_classpath(version: str | None = None) -> str:
@@ -38,10 +42,12 @@ def kafka_classpath(version: str | None = None) -> str:
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
     "ClusterMetadata",
+    "ClusterReplacement",
     "KafkaDistribution",
     "LocalKafka",
     "LocalKafkaError",
     "NodeAddress",
+    "TcpForwarder",
     "TopicInfo",
     "ensure_distribution",
     "fetch_metadata",

@@ -8,19 +8,39 @@ Both sinks run with acks=all, idempotence on, linger 5 ms, batch 16 KiB. Every r
 record count is checked with confluent-kafka (the topic's high watermarks). Results: a
 Markdown table on stdout and JSON in ``benchmarks/results/spark-<name>.json``.
 
+Per run it records the rows/s, the CPU seconds per million rows of Spark (JVM, Python
+daemon and workers) and of the broker, and the broker's Produce requests and partition
+entries (read over JMX): CPU per row stays comparable when other jobs share the machine.
+
 Every run's topic is created before the workload's first run and the benchmark waits
 ``TOPIC_SETTLE_S`` before writing: a topic written the moment it exists can answer
 NOT_LEADER_OR_FOLLOWER for a while, which measures topic creation, not the sink (and can
 stall aiokprod's idempotent retries; see the issue 14 speed report).
 
+``--worker-python`` runs Spark's Python workers with another interpreter, e.g. the
+compiled (mypyc) build's venv that ``make test-compiled`` makes
+(``--worker-python .venv-mypyc/bin/python``); the workers then start with
+``PYTHONSAFEPATH=1``, so that they import the aiokprod installed there and not the source
+tree of the current directory. The build the workers actually imported is recorded.
+
+``--label NAME --sink-option KEY=VALUE ...`` adds a third sink, ``format("aiokprod")``
+with those options too (``{topic}`` in a value becomes the run's topic), interleaved with
+the others: e.g. ``--label aiokprod-eos --sink-option deliveryGuarantee=exactly-once
+--sink-option 'transactionalIdPrefix=bench-{topic}'``.
+
 ``--arrow-batch-rows`` sets ``spark.sql.execution.arrow.maxRecordsPerBatch`` (default 10000)
 for the session: it changes the Arrow paths (``aiokprod`` and ``arrow-floor``), not Spark's
 own sink, which reads rows in the JVM.
+
+``--streaming-rate`` adds the sustained streaming measurement: a rate source of 100-byte
+values at that many rows/s, trigger 1 s, into each sink in turn (``--streaming-seconds``
+each).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -30,12 +50,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.spark.broker import BrokerCounters, cpu_snapshot, enable_broker_jmx
 from benchmarks.spark.jars import SPARK_KAFKA_VERSION, ensure_jars
 
 WORKLOADS = {"100B": (1_000_000, 100), "1KiB": (500_000, 1024)}
 COMMON = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "batch.size": "16384"}
 SINKS = ("kafka", "aiokprod")
 BASELINE = "arrow-floor"
+STREAM_VALUE_BYTES = 100
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 TOPIC_SETTLE_S = 3.0
 
@@ -56,40 +78,6 @@ def high_watermarks(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def _tree_cpu_seconds(root: int) -> float:
-    """User+system CPU seconds of ``root`` and every live descendant (from /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
-    total = 0.0
-    for pid, seconds in cpu.items():
-        p = pid
-        while p > 1:
-            if p == root:
-                total += seconds
-                break
-            p = parents.get(p, 0)
-    return total
-
-
-def cpu_snapshot(spark_pid: int, broker_pid: int | None) -> dict[str, float]:
-    """CPU seconds so far of Spark (JVM, Python daemon and workers) and of the broker."""
-    return {
-        "spark": _tree_cpu_seconds(spark_pid),
-        "broker": _tree_cpu_seconds(broker_pid) if broker_pid else 0.0,
-    }
-
-
 def _count_batches(batches: Any) -> Any:
     """The ``arrow-floor`` baseline: receive the Arrow batches in Python, count, send nothing."""
     import pyarrow as pa
@@ -100,67 +88,113 @@ def _count_batches(batches: Any) -> Any:
     yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
 
 
-def write(spark: Any, sink: str, bootstrap: str, topic: str, rows: int, size: int) -> float:
+@dataclasses.dataclass(frozen=True)
+class Sink:
+    """A sink the benchmark writes with: a format and its options beyond ``COMMON``."""
+
+    name: str
+    format: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def writer(self, writer: Any, bootstrap: str, topic: str) -> Any:
+        writer = writer.format(self.format).option("kafka.bootstrap.servers", bootstrap)
+        writer = writer.option("topic", topic)
+        for name, value in COMMON.items():
+            writer = writer.option(f"kafka.{name}", value)
+        for name, value in self.options:
+            writer = writer.option(name, value.replace("{topic}", topic))
+        return writer
+
+
+def write(spark: Any, sink: Sink | None, bootstrap: str, topic: str, rows: int, size: int) -> float:
+    """One batch write of ``rows`` rows of ``size`` bytes; its seconds (None: arrow-floor)."""
     df = spark.range(rows, numPartitions=8).selectExpr(
         f"cast(lpad(cast(id AS string), {size}, 'x') AS binary) AS value"
     )
-    if sink == "arrow-floor":  # what any Python sink pays before producing anything
+    if sink is None:  # arrow-floor: what any Python sink pays before producing anything
         started = time.perf_counter()
         df.mapInArrow(_count_batches, "rows long").collect()
         return time.perf_counter() - started
-    writer = df.write.format(sink).option("kafka.bootstrap.servers", bootstrap)
-    writer = writer.option("topic", topic)
-    for name, value in COMMON.items():
-        writer = writer.option(f"kafka.{name}", value)
+    writer = sink.writer(df.write, bootstrap, topic)
     started = time.perf_counter()
     writer.mode("append").save()
     return time.perf_counter() - started
 
 
-def streaming(spark: Any, bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, Any]:
-    """A rate source at ``rate`` rows/s into format("aiokprod"), trigger 1 s."""
+def streaming(
+    spark: Any, sink: Sink, bootstrap: str, topic: str, rate: int, seconds: float
+) -> dict[str, Any]:
+    """A rate source at ``rate`` rows/s into ``sink`` for ``seconds``, trigger 1 s."""
     import tempfile
 
     df = spark.readStream.format("rate").option("rowsPerSecond", rate).load()
-    df = df.selectExpr("cast(lpad(cast(value AS string), 100, 'x') AS binary) AS value")
+    df = df.selectExpr(
+        f"cast(lpad(cast(value AS string), {STREAM_VALUE_BYTES}, 'x') AS binary) AS value"
+    )
     with tempfile.TemporaryDirectory(prefix="aiokprod-spark-bench-") as checkpoint:
-        writer = df.writeStream.format("aiokprod").option("kafka.bootstrap.servers", bootstrap)
-        for name, value in COMMON.items():
-            writer = writer.option(f"kafka.{name}", value)
+        writer = sink.writer(df.writeStream, bootstrap, topic)
         query = (
-            writer.option("topic", topic)
-            .option("checkpointLocation", checkpoint)
+            writer.option("checkpointLocation", checkpoint)
             .trigger(processingTime="1 second")
             .start()
         )
         time.sleep(seconds)
         progress = list(query.recentProgress)
         query.stop()
-    # skip the first batch (Python worker start-up)
+    # skip the first batch (Python worker start-up, the sink's first connection)
     steady = [p for p in progress if p["numInputRows"]][1:]
     rows = sum(p["numInputRows"] for p in steady)
     busy_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in steady)
+    written = high_watermarks(bootstrap, topic)
     return {
+        "sink": sink.name,
         "rate": rate,
         "seconds": seconds,
         "batches": len(steady),
         "rows": rows,
-        "rows_per_s_processed": rows / (busy_ms / 1000) if busy_ms else 0.0,
+        # rows over the time the micro-batches ran: the rate the sink could sustain
+        "rows_per_s_processed": round(rows / (busy_ms / 1000)) if busy_ms else 0,
         "max_batch_ms": max(
             (p["durationMs"].get("triggerExecution", 0) for p in steady), default=0
         ),
-        "written": (written := high_watermarks(bootstrap, topic)),
-        "written_per_s_wall": written / seconds,
+        "written": written,
+        "written_per_s_wall": round(written / seconds),
+        "load1": os.getloadavg()[0],
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark", description=__doc__)
+def _worker_build(probe: Any) -> str:
+    """Which aiokprod the Python workers import: ``compiled (N modules)`` or ``pure``."""
+    import aiokprod.compiled
+
+    del probe
+    modules = aiokprod.compiled.compiled_modules()
+    return f"compiled ({len(modules)} modules)" if modules else "pure"
+
+
+def _sink_option(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return name, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.spark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--reps", type=int, default=3, help="repetitions per sink (default 3)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="100B,1KiB")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the row counts")
     parser.add_argument("--streaming-rate", type=int, default=0, help="rows/s; 0: skip")
     parser.add_argument("--streaming-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--streaming-sinks",
+        default="",
+        help="comma-separated sinks to stream into (default: every sink but arrow-floor)",
+    )
     parser.add_argument("--name", default="latest", help="results/spark-<name>.json")
     parser.add_argument(
         "--warmup-rows",
@@ -179,100 +213,201 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run arrow-floor: Spark hands the Arrow batches to Python, nothing is sent",
     )
+    parser.add_argument(
+        "--worker-python",
+        default="",
+        help="the Python of Spark's workers (default: this one), e.g. .venv-mypyc/bin/python",
+    )
+    parser.add_argument(
+        "--label", default="", help="name of an extra aiokprod sink with --sink-option's"
+    )
+    parser.add_argument(
+        "--sink-option",
+        type=_sink_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the --label sink (repeat for more)",
+    )
+    return parser
+
+
+def _sinks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Sink]:
+    if args.sink_option and not args.label:
+        parser.error("--sink-option needs --label (the name of the sink they make)")
+    sinks = [Sink(name, name) for name in SINKS]
+    if args.label:
+        if args.label in (*SINKS, BASELINE):
+            parser.error(f"--label {args.label!r} is taken")
+        sinks.append(Sink(args.label, "aiokprod", tuple(args.sink_option)))
+    return sinks
+
+
+@dataclasses.dataclass
+class _Session:
+    """The running SparkSession and broker, and how to measure what they spend."""
+
+    spark: Any
+    kafka: Any
+    counters: BrokerCounters
+    spark_pid: int
+    broker_pid: int | None
+    build: str
+    scale: float = 1.0
+
+    def measure(
+        self, workload: str, rep: int, name: str, sink: Sink | None, topic: str
+    ) -> dict[str, Any]:
+        """One write of the workload, and what it cost."""
+        rows, size = WORKLOADS[workload]
+        rows = int(rows * self.scale)
+        bootstrap = self.kafka.bootstrap_servers
+        load_before = os.getloadavg()[0]
+        requests_before = self.counters.snapshot()
+        cpu_before = cpu_snapshot(self.spark_pid, self.broker_pid)
+        seconds = write(self.spark, sink, bootstrap, topic, rows, size)
+        cpu_after = cpu_snapshot(self.spark_pid, self.broker_pid)
+        requests_after = self.counters.snapshot()
+        count = rows if sink is None else high_watermarks(bootstrap, topic)
+        if count < rows:
+            raise SystemExit(f"{name}: {count} of {rows} records in {topic}")
+        return {
+            "workload": workload,
+            "sink": name,
+            "build": self.build if sink is not None and sink.format == "aiokprod" else "",
+            "rep": rep,
+            "rows": rows,
+            "seconds": round(seconds, 3),
+            "rows_per_s": round(rows / seconds),
+            "counted": count,
+            "load1_before": load_before,
+            "load1_after": os.getloadavg()[0],
+            # CPU seconds per million rows: comparable on a busy machine
+            "cpu_s_per_m_spark": round((cpu_after["spark"] - cpu_before["spark"]) * 1e6 / rows, 2),
+            "cpu_s_per_m_broker": round(
+                (cpu_after["broker"] - cpu_before["broker"]) * 1e6 / rows, 2
+            ),
+            "produce_requests": requests_after["requests"] - requests_before["requests"],
+            "partition_entries": requests_after["entries"] - requests_before["entries"],
+        }
+
+
+def _start_spark(args: argparse.Namespace, jars: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    if args.arrow_batch_rows:
+        builder = builder.config(
+            "spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows)
+        )
+    return (
+        builder.master("local[2]")
+        .appName("aiokprod-spark-bench")
+        .config("spark.jars", jars)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+
+
+def _batch_runs(session: _Session, args: argparse.Namespace, sinks: list[Sink]) -> list[Any]:
+    """The warm-up, then every workload with the sinks interleaved."""
+    kafka = session.kafka
+    by_name: dict[str, Sink | None] = {sink.name: sink for sink in sinks}
+    if args.baseline:
+        by_name[BASELINE] = None
+    names = list(by_name)
+    for sink in sinks:  # warm-up: JIT, Python workers, producer pools
+        topic = f"warmup-{sink.name}-{uuid.uuid4().hex[:6]}"
+        kafka.create_topic(topic, 6)
+        time.sleep(TOPIC_SETTLE_S)
+        write(session.spark, sink, kafka.bootstrap_servers, topic, args.warmup_rows, 100)
+    runs: list[dict[str, Any]] = []
+    for workload in args.workloads.split(","):
+        topics = {
+            (rep, name): f"bench-{workload}-{name}-{rep}-{uuid.uuid4().hex[:6]}"
+            for rep in range(args.reps)
+            for name in names
+        }
+        for (_, name), topic in topics.items():
+            if name != BASELINE:
+                kafka.create_topic(topic, 6)
+        time.sleep(TOPIC_SETTLE_S)
+        for rep in range(args.reps):
+            for name in names if rep % 2 == 0 else names[::-1]:
+                run = session.measure(workload, rep, name, by_name[name], topics[rep, name])
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    sinks = _sinks(parser, args)
+    by_name = {sink.name: sink for sink in sinks}
+    stream_names = [n for n in args.streaming_sinks.split(",") if n] or list(by_name)
+    for name in stream_names:
+        if name not in by_name:
+            parser.error(f"--streaming-sinks: no sink {name!r} (have {', '.join(by_name)})")
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    if args.worker_python:
+        os.environ["PYSPARK_PYTHON"] = os.path.abspath(args.worker_python)
+        # The workers run `python -m pyspark.daemon` in this directory; without this, the
+        # source tree here would shadow the aiokprod installed in that interpreter's venv.
+        os.environ["PYTHONSAFEPATH"] = "1"
+    else:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
 
     import aiokprod.spark
     from aiokprod.testing import LocalKafka
 
     jars = ",".join(str(p) for p in ensure_jars())
-    runs: list[dict[str, Any]] = []
+    jmx_port = enable_broker_jmx()
+    streams: list[dict[str, Any]] = []
     with LocalKafka(heap_max="1g") as kafka:
-        bootstrap = kafka.bootstrap_servers
-        builder = SparkSession.builder
-        if args.arrow_batch_rows:
-            builder = builder.config(
-                "spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows)
-            )
-        spark = (
-            builder.master("local[2]")
-            .appName("aiokprod-spark-bench")
-            .config("spark.jars", jars)
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.memory", "1g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        aiokprod.spark.register(spark)
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None  # set while a SparkContext runs
-        spark_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-        broker_pid = kafka.node(next(iter(kafka.nodes))).pid
+        spark = _start_spark(args, jars)
         try:
-            for sink in SINKS:  # warm-up: JIT, Python workers, producer pools
-                topic = f"warmup-{sink}-{uuid.uuid4().hex[:6]}"
-                kafka.create_topic(topic, 6)
-                time.sleep(TOPIC_SETTLE_S)
-                write(spark, sink, bootstrap, topic, args.warmup_rows, 100)
-            for workload in args.workloads.split(","):
-                rows, size = WORKLOADS[workload]
-                rows = int(rows * args.scale)
-                sinks = (*SINKS, BASELINE) if args.baseline else SINKS
-                topics = {
-                    (rep, sink): f"bench-{workload}-{sink}-{rep}-{uuid.uuid4().hex[:6]}"
-                    for rep in range(args.reps)
-                    for sink in sinks
-                }
-                for (_, sink), topic in topics.items():
-                    if sink != BASELINE:
-                        kafka.create_topic(topic, 6)
-                time.sleep(TOPIC_SETTLE_S)
-                for rep in range(args.reps):
-                    order = sinks if rep % 2 == 0 else sinks[::-1]
-                    for sink in order:
-                        topic = topics[rep, sink]
-                        load_before = os.getloadavg()[0]
-                        cpu_before = cpu_snapshot(spark_pid, broker_pid)
-                        seconds = write(spark, sink, bootstrap, topic, rows, size)
-                        cpu_after = cpu_snapshot(spark_pid, broker_pid)
-                        count = rows if sink == BASELINE else high_watermarks(bootstrap, topic)
-                        run = {
-                            "workload": workload,
-                            "sink": sink,
-                            "rep": rep,
-                            "rows": rows,
-                            "seconds": round(seconds, 3),
-                            "rows_per_s": round(rows / seconds),
-                            "counted": count,
-                            "load1_before": load_before,
-                            "load1_after": os.getloadavg()[0],
-                            # CPU seconds per million rows: comparable on a busy machine
-                            "cpu_s_per_m_spark": round(
-                                (cpu_after["spark"] - cpu_before["spark"]) * 1e6 / rows, 2
-                            ),
-                            "cpu_s_per_m_broker": round(
-                                (cpu_after["broker"] - cpu_before["broker"]) * 1e6 / rows, 2
-                            ),
-                        }
-                        runs.append(run)
-                        print(json.dumps(run), flush=True)
-                        if count < rows:
-                            raise SystemExit(f"{sink}: {count} of {rows} records in {topic}")
-            stream = None
-            if args.streaming_rate:
-                topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
-                kafka.create_topic(topic, 6)
-                stream = streaming(
-                    spark, bootstrap, topic, args.streaming_rate, args.streaming_seconds
-                )
-                print(json.dumps({"streaming": stream}), flush=True)
+            spark.sparkContext.setLogLevel("ERROR")
+            aiokprod.spark.register(spark)
+            jvm = spark.sparkContext._jvm
+            assert jvm is not None  # set while a SparkContext runs
+            build = spark.sparkContext.parallelize([0], 1).map(_worker_build).collect()[0]
+            print(f"Python workers: {os.environ['PYSPARK_PYTHON']}, aiokprod {build}", flush=True)
+            session = _Session(
+                spark,
+                kafka,
+                BrokerCounters(jvm, jmx_port),
+                int(jvm.java.lang.ProcessHandle.current().pid()),
+                kafka.node(next(iter(kafka.nodes))).pid,
+                build,
+                args.scale,
+            )
+            try:
+                runs = _batch_runs(session, args, sinks)
+                for name in stream_names if args.streaming_rate else ():
+                    topic = f"bench-stream-{name}-{uuid.uuid4().hex[:6]}"
+                    kafka.create_topic(topic, 6)
+                    time.sleep(TOPIC_SETTLE_S)
+                    stream = streaming(
+                        spark,
+                        by_name[name],
+                        kafka.bootstrap_servers,
+                        topic,
+                        args.streaming_rate,
+                        args.streaming_seconds,
+                    )
+                    streams.append(stream)
+                    print(json.dumps({"streaming": stream}), flush=True)
+            finally:
+                session.counters.close()
         finally:
             spark.stop()
     report = summarize(runs)
+    if streams:
+        report += "\n\n" + summarize_streams(streams)
     print(report)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"spark-{args.name}.json"
@@ -282,9 +417,12 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "python -m benchmarks.spark " + " ".join(argv or sys.argv[1:]),
                 "spark_kafka_sink": SPARK_KAFKA_VERSION,
                 "settings": COMMON,
+                "sinks": [dataclasses.asdict(sink) for sink in sinks],
+                "worker_python": os.environ["PYSPARK_PYTHON"],
+                "worker_build": build,
                 "arrow_batch_rows": args.arrow_batch_rows or 10_000,
                 "runs": runs,
-                "streaming": stream,
+                "streaming": streams,
                 "table": report,
             },
             indent=2,
@@ -295,34 +433,55 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarize(runs: list[dict[str, Any]]) -> str:
+    """Per workload and sink: rows/s min/median/max, the ratio, CPU and requests (medians)."""
     lines = [
         "| workload | sink | runs | min rec/s | median rec/s | max rec/s | median ratio "
-        "| CPU s/1M rows: Spark+Python (median) | broker (median) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU s/1M rows: Spark+Python | broker | Produce requests/1M rows "
+        "| batches/request | load 1 min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for workload in dict.fromkeys(r["workload"] for r in runs):
-        medians: dict[str, float] = {}
-        for sink in (*SINKS, BASELINE):
-            rates = [
-                r["rows_per_s"] for r in runs if r["workload"] == workload and r["sink"] == sink
-            ]
-            if rates:
-                medians[sink] = statistics.median(rates)
-        for sink in (*SINKS, BASELINE):
-            rates = [
-                r["rows_per_s"] for r in runs if r["workload"] == workload and r["sink"] == sink
-            ]
-            if not rates:
-                continue
+        mine = [r for r in runs if r["workload"] == workload]
+        sinks = list(dict.fromkeys(r["sink"] for r in mine))
+        medians = {
+            sink: statistics.median(r["rows_per_s"] for r in mine if r["sink"] == sink)
+            for sink in sinks
+        }
+        for sink in sinks:
+            its = [r for r in mine if r["sink"] == sink]
+            rates = [r["rows_per_s"] for r in its]
             ratio = medians[sink] / medians["kafka"] if "kafka" in medians else float("nan")
-            mine = [r for r in runs if r["workload"] == workload and r["sink"] == sink]
-            cpu_spark = statistics.median(r["cpu_s_per_m_spark"] for r in mine)
-            cpu_broker = statistics.median(r["cpu_s_per_m_broker"] for r in mine)
-            lines.append(
-                f"| {workload} | {sink} | {len(rates)} | {min(rates):,} | "
-                f"{statistics.median(rates):,.0f} | {max(rates):,} | {ratio:.2f}x | "
-                f"{cpu_spark:.1f} | {cpu_broker:.1f} |"
+            cpu_spark = statistics.median(r["cpu_s_per_m_spark"] for r in its)
+            cpu_broker = statistics.median(r["cpu_s_per_m_broker"] for r in its)
+            requests = statistics.median(
+                r.get("produce_requests", 0) * 1e6 / r["rows"] for r in its
             )
+            per_request = statistics.median(
+                r.get("partition_entries", 0) / max(r.get("produce_requests", 0), 1) for r in its
+            )
+            loads = [r["load1_before"] for r in its]
+            build = f" ({its[0]['build']})" if its[0].get("build") else ""
+            lines.append(
+                f"| {workload} | {sink}{build} | {len(rates)} | {min(rates):,} | "
+                f"{statistics.median(rates):,.0f} | {max(rates):,} | {ratio:.2f}x | "
+                f"{cpu_spark:.2f} | {cpu_broker:.2f} | {requests:,.0f} | {per_request:.1f} | "
+                f"{min(loads):.1f}-{max(loads):.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def summarize_streams(streams: list[dict[str, Any]]) -> str:
+    lines = [
+        "| streaming sink | source rows/s | s | steady micro-batches | rows/s while running "
+        "| longest micro-batch ms | in the topic | per s of wall time | load 1 min |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in streams:
+        lines.append(
+            f"| {s['sink']} | {s['rate']:,} | {s['seconds']:.0f} | {s['batches']} | "
+            f"{s['rows_per_s_processed']:,} | {s['max_batch_ms']:,} | {s['written']:,} | "
+            f"{s['written_per_s_wall']:,} | {s['load1']:.1f} |"
+        )
     return "\n".join(lines)
 
 

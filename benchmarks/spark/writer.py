@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.spark.append import arrow_batches
+
 SETTINGS = {"acks": "all", "enable_idempotence": True, "linger_ms": 5, "batch_size": 16384}
 JAVA_SETTINGS = ["acks=all", "enable.idempotence=true", "linger.ms=5", "batch.size=16384"]
 TOPIC_SETTLE_S = 3.0
@@ -36,23 +38,6 @@ def _cpu(pid: int) -> tuple[float, float]:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / ticks, int(fields[12]) / ticks
-
-
-def _batches(rows: int, size: int, per_batch: int) -> list[Any]:
-    import pyarrow as pa
-
-    return [
-        pa.RecordBatch.from_arrays(
-            [
-                pa.array(
-                    [str(i).rjust(size, "x").encode() for i in range(s, min(s + per_batch, rows))],
-                    pa.binary(),
-                )
-            ],
-            ["value"],
-        )
-        for s in range(0, rows, per_batch)
-    ]
 
 
 def _aiokprod(bootstrap: str, topic: str, batches: list[Any]) -> dict[str, Any]:
@@ -116,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from aiokprod.testing import LocalKafka
 
-    batches = _batches(args.rows, args.size, args.batch_rows)
-    warmup = _batches(args.warmup_rows, args.size, args.batch_rows)
+    batches = arrow_batches(args.rows, args.size, args.batch_rows)
+    warmup = arrow_batches(args.warmup_rows, args.size, args.batch_rows)
     clients = ("aiokprod", "java") if args.java else ("aiokprod",)
     with tempfile.TemporaryDirectory(prefix="aiokprod-writer-bench-") as tmp:
         payload = Path(tmp) / "payload.txt"

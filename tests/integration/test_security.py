@@ -20,7 +20,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from readback import consume_all
 
-from aiokprod import Producer
+from aiokprod import OffsetAndMetadata, Producer
+from aiokprod import TopicPartition as Tp
+from aiokprod.admin import Admin
 from aiokprod.config import describe_options
 from aiokprod.errors import AuthenticationError, KafkaError
 from aiokprod.net.security import (
@@ -384,3 +386,26 @@ async def test_secrets_never_in_logs_errors_or_reprs(
     haystack = logged + "\n".join(texts)
     for secret in secrets:
         assert secret not in haystack
+
+
+async def test_admin_client_over_sasl_ssl(kafka_secure: LocalKafka) -> None:
+    # The admin client takes the producer's security options: SCRAM over TLS here.
+    topic = new_topic(kafka_secure)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    options = modes(kafka_secure)["SASL_SSL SCRAM-SHA-512"]
+    async with asyncio.timeout(60), Admin(**options) as admin:
+        await admin.alter_consumer_group_offsets(group, {Tp(topic, 0): OffsetAndMetadata(4, "m")})
+        assert await admin.list_consumer_group_offsets(group) == {
+            Tp(topic, 0): OffsetAndMetadata(4, "m")
+        }
+        assert isinstance(await admin.list_transactions(), list)
+    bad = {**options, "sasl_plain_password": "wrong-password-admin"}
+    async with asyncio.timeout(60), Admin(**bad) as admin:
+        with pytest.raises(AuthenticationError):
+            await admin.list_consumer_group_offsets(group)
+    consumer = Consumer({"bootstrap.servers": kafka_secure.bootstrap_servers, "group.id": group})
+    try:
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+    finally:
+        consumer.close()
+    assert committed.offset == 4  # (librdkafka misreads a one-character metadata string)

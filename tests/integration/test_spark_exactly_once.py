@@ -142,9 +142,7 @@ def test_a_failed_job_leaves_nothing_visible(
         return str(i)
 
     topic, p = new_topic(partitions=2), prefix()
-    df = spark.range(10_000, numPartitions=2).select(
-        partition_1_always_fails("id").alias("value")
-    )
+    df = spark.range(10_000, numPartitions=2).select(partition_1_always_fails("id").alias("value"))
     with pytest.raises(PySparkException, match="cannot be written"):
         write_eos(df, kafka.bootstrap_servers, topic, p)
     assert read_committed(kafka.bootstrap_servers, topic, 2) == []
@@ -180,7 +178,7 @@ def test_exactly_once_mistakes_fail_on_the_driver(spark: SparkSession) -> None:
         transactionalIdPrefix="x",
         **{"kafka.enable.idempotence": "false"},
     )
-    with pytest.raises(Exception, match="transactional_id_prefix|transactionalIdPrefix"):
+    with pytest.raises(Exception, match=r"transactional_id_prefix|transactionalIdPrefix"):
         write_dataframe(values, "127.0.0.1:9", topic="t", delivery_guarantee="exactly-once")
 
 
@@ -259,12 +257,15 @@ def test_a_stream_restarted_from_its_checkpoint_writes_each_row_once(
     assert open_transactions(kafka.bootstrap_servers, p) == []
 
 
-def test_the_exactly_once_example(spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path) -> None:
+def test_the_exactly_once_example(
+    spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path
+) -> None:
     topic = new_topic(partitions=6)
     spec = importlib.util.spec_from_file_location(
         "spark_exactly_once", EXAMPLES / "spark_exactly_once.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     batch = spark.range(3000, numPartitions=3).selectExpr("cast(id AS string) AS value")
@@ -341,7 +342,8 @@ def test_a_commit_interrupted_after_the_decision_is_completed_by_the_next_run(
             return latest_decision(p, await admin.list_consumer_group_offsets(decision_group(p)))
 
     found = asyncio.run(decision())
-    assert found is not None and found[1].done
+    assert found is not None
+    assert found[1].done
 
 
 def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
@@ -349,7 +351,9 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
 ) -> None:
     topic, p = new_topic(partitions=2), prefix()
     bootstrap = kafka.bootstrap_servers
-    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()])) for i in range(2)}
+    prepared = {
+        i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()])) for i in range(2)
+    }
 
     async def fence() -> None:
         async with Admin(bootstrap) as admin:
@@ -364,3 +368,78 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
     assert failure.value.lost == (1,)
     assert read_committed(bootstrap, topic, 2, idle_s=1.0) == []
     assert open_transactions(bootstrap, p) == []
+
+
+def test_abort_after_a_decided_commit_completes_it(
+    kafka: LocalKafka, new_topic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark calls abort() when commit() raised. Once the decision is stored, abort() rolls
+    the commit forward: aborting the rest would leave the batch half visible for good."""
+    from aiokprod.errors import KafkaTimeoutError
+
+    topic, p = new_topic(partitions=2), prefix()
+    bootstrap = kafka.bootstrap_servers
+    rows = {i: [f"{i}-{n}".encode() for n in range(50)] for i in range(3)}
+    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i])) for i in range(3)}
+    results: list[TaskResult | None] = [
+        TaskResult(i, TaskAction.WRITE, prepared[i], topic) for i in range(3)
+    ]
+    original = Admin.complete_transaction
+
+    async def coordinator_gone_for_partition_2(self: Admin, txn: Any, *, commit: bool) -> None:
+        if txn.transactional_id == transactional_id(p, 2):
+            raise KafkaTimeoutError("EndTxn did not complete within max_block_ms")
+        await original(self, txn, commit=commit)
+
+    committer = Committer(bootstrap, {}, p, streaming=True)
+    monkeypatch.setattr(Admin, "complete_transaction", coordinator_gone_for_partition_2)
+    with pytest.raises(KafkaTimeoutError):
+        committer.commit("query-1", 7, results)
+    monkeypatch.undo()
+    report = committer.abort("query-1", 7, results)
+    assert report.committed == (0, 1, 2)
+    seen = read_committed(bootstrap, topic, 2, idle_s=1.0)
+    assert sorted(seen) == sorted(rows[0] + rows[1] + rows[2])
+    assert open_transactions(bootstrap, p) == []
+
+
+def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_topic) -> None:
+    """The task side of a replay, without Spark: micro-batch 3 of a query is written and
+    committed; the same batch again writes nothing and says so; batch 4 and another query's
+    batch 3 are written."""
+    import pyarrow as pa
+
+    from aiokprod.spark.arrow import PartitionWriter
+    from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+
+    topic, p = new_topic(partitions=1), prefix()
+    bootstrap = kafka.bootstrap_servers
+    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceTask(p, True))
+    committer = Committer(bootstrap, {}, p, streaming=True)
+
+    def run(query: str, batch: int, values: list[str]) -> Any:
+        batches = [pa.RecordBatch.from_pydict({"value": pa.array(values, pa.string())})]
+        result = writer.write(0, batches, 0, MicroBatch(query, batch))
+        assert result.ok, result.error
+        task = TaskResult(
+            0,
+            TaskAction.SKIP
+            if result.skipped
+            else (TaskAction.WRITE if result.transaction else TaskAction.NOTHING),
+            result.transaction,
+            result.topic,
+        )
+        committer.commit(query, batch, [task])
+        return result
+
+    first = run("q", 3, ["a", "b"])
+    assert first.transaction is not None
+    assert not first.skipped
+    again = run("q", 3, ["a", "b"])
+    assert again.skipped
+    assert again.transaction is None
+    assert again.delivered == 2  # counted as in Kafka already
+    assert not run("q", 4, ["c"]).skipped
+    assert not run("other-query", 3, ["d"]).skipped  # a new checkpoint reusing the prefix
+    assert not run("q", 5, []).skipped  # empty: no transaction at all
+    assert sorted(read_committed(bootstrap, topic, 1, idle_s=1.0)) == [b"a", b"b", b"c", b"d"]

@@ -13,6 +13,7 @@ import collections
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from readback import consume_all
@@ -71,6 +72,67 @@ def test_keyed_rows_from_8_partitions_are_read_back(
         partitions.setdefault(r.key, set()).add(r.partition)
     assert all(len(p) == 1 for p in partitions.values())
     assert len({r.partition for r in records}) == 6
+
+
+def test_unkeyed_values_encoded_from_the_arrow_buffers_are_read_back(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    """Unkeyed rows take the columnar encoder (spark/encoder.py): nulls, empty and long
+    values, several batches per partition, every record as written."""
+    topic = new_topic(partitions=4)
+    rows = 30_000
+    df = spark.range(rows, numPartitions=3).selectExpr(
+        "CASE WHEN id % 7 = 0 THEN null WHEN id % 11 = 0 THEN ''"
+        " ELSE lpad(cast(id AS string), cast(id % 300 AS int) + 10, 'x') END AS value"
+    )
+    to_kafka(df, kafka.bootstrap_servers, topic=topic, **{"kafka.batch.size": "4000"})
+    records = consume_all(kafka.bootstrap_servers, topic, expected=rows, timeout_s=60)
+    expected = sorted(
+        (
+            b"\x00"
+            if i % 7 == 0
+            else b""
+            if i % 11 == 0
+            else str(i).rjust(i % 300 + 10, "x").encode()
+        )
+        for i in range(rows)
+    )
+    got = sorted(b"\x00" if r.value is None else r.value for r in records)
+    assert got == expected
+    assert all(r.key is None for r in records)
+    assert len({r.partition for r in records}) == 4
+
+
+def test_a_worker_that_ran_the_sink_keeps_its_modules_out_of_later_collections(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    """spark/heap.py: after its first task a worker's heap is frozen (gc.freeze), so the
+    daemon's gc.collect() after each task no longer walks every module's objects."""
+
+    def heap_state(batches: Iterator[Any]) -> Iterator[Any]:  # local: pickled by value
+        import gc
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        ran_sink = "aiokprod.producer" in sys.modules
+        yield pa.RecordBatch.from_pylist(
+            [{"pid": os.getpid(), "ran_sink": ran_sink, "frozen": gc.get_freeze_count()}]
+        )
+
+    topic = new_topic(partitions=2)
+    df = spark.range(4000, numPartitions=4).selectExpr("cast(id AS string) AS value")
+    to_kafka(df, kafka.bootstrap_servers, topic=topic)
+    probed = spark.range(4, numPartitions=4).mapInArrow(
+        heap_state, "pid long, ran_sink boolean, frozen long"
+    )
+    workers = {row.pid: (row.ran_sink, row.frozen) for row in probed.collect()}
+    ran = [frozen for ran_sink, frozen in workers.values() if ran_sink]
+    assert ran  # the probe ran in a worker that ran the sink (one pool of workers)
+    assert all(frozen > 10_000 for frozen in ran)
 
 
 def test_topic_partition_and_headers_columns(

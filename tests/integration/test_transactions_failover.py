@@ -10,7 +10,6 @@ from txn_readback import read_committed
 
 from aiokprod import Producer
 from aiokprod.errors import KafkaError
-from aiokprod.protocol.messages.coordinator import KEY_TYPE_TRANSACTION
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import NewTopic
 
@@ -32,7 +31,8 @@ async def test_coordinator_killed_mid_transaction_commits_whole_or_aborts_whole(
         ) as producer:
             coordinator = producer._rt.coordinator
             assert coordinator is not None
-            victim = coordinator._coordinators[(KEY_TYPE_TRANSACTION, tid)]
+            victim = coordinator.coordinator_node
+            assert victim is not None
             await producer.begin_transaction()
             futures = [
                 await producer.send(topic, f"v-{i}".encode(), key=str(i).encode())

@@ -7,6 +7,7 @@ on its own (no private switch). Read back with librdkafka in read_committed mode
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -14,8 +15,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from txn_readback import read_committed
 
-from aiokprod import Producer
+from aiokprod import OffsetAndMetadata, Producer
 from aiokprod import TopicPartition as Tp
+from aiokprod.admin import Admin
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import start_or_give_up
 
@@ -63,3 +65,35 @@ async def test_protocol1_on_kafka_39(kafka_39: LocalKafka) -> None:
     finally:
         consumer.close()
     assert committed[0].offset == 5
+
+
+@pytest.mark.kafka_version(OLD_BROKER, smoke=True)
+async def test_prepared_transaction_and_admin_on_kafka_39(kafka_39: LocalKafka) -> None:
+    # Protocol 1 as the broker offers it (EndTxn <= v4) and the classic group coordinator,
+    # which answers RequireStable with UNSTABLE_OFFSET_COMMIT while the marker is pending.
+    topic = f"prep39-{uuid.uuid4().hex[:8]}"
+    kafka_39.create_topic(topic, 2, 1)
+    marker, group = Tp(topic, 1), f"g-{uuid.uuid4().hex[:8]}"
+    async with Producer(
+        kafka_39.bootstrap_servers, transactional_id=f"tx-{uuid.uuid4().hex[:8]}"
+    ) as producer:
+        await producer.begin_transaction()
+        for i in range(10):
+            await producer.send(topic, f"p-{i}".encode(), partition=0)
+        await producer.send_offsets_to_transaction({marker: OffsetAndMetadata(3, "q")}, group)
+        prepared = await producer.prepare_transaction()
+    assert prepared.protocol == 1
+    async with Admin(kafka_39.bootstrap_servers, max_block_ms=20_000) as admin:
+        (listing,) = await admin.list_transactions(producer_ids=[prepared.producer_id])
+        assert listing.state == "Ongoing"
+        described = await admin.describe_transactions([prepared.transactional_id])
+        assert Tp(topic, 0) in described[prepared.transactional_id].topic_partitions
+        waiting = asyncio.ensure_future(
+            admin.list_consumer_group_offsets(group, [marker], require_stable=True)
+        )
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await admin.complete_transaction(prepared, commit=True)
+        assert await waiting == {marker: OffsetAndMetadata(3, "q")}
+    values = read_committed(kafka_39.bootstrap_servers, topic, partitions=2)
+    assert sorted(values) == sorted(f"p-{i}".encode() for i in range(10))

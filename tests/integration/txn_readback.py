@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 
@@ -83,3 +84,19 @@ def stable_offset(bootstrap: str, topic: str) -> int:
         raise AssertionError("no end of partition within 30 s")
     finally:
         consumer.close()
+
+
+async def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+    """A group's committed offsets and metadata, as aiokafka's admin client reads them.
+
+    Not librdkafka: confluent-kafka 2.16's ``Consumer.committed()`` returns garbage for a
+    metadata string of one or two characters committed by another client (it reads past
+    the string; aiokafka and Kafka's own clients read it right).
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        got = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {(tp.topic, tp.partition): (om.offset, om.metadata) for tp, om in got.items()}

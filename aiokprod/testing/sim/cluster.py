@@ -9,6 +9,10 @@ The cluster moves leaders (elections, bumping the leader epoch), stops and resta
 (also on a new port, which metadata then reports) and, for acks=1, loses writes that had not
 reached a follower when leadership moves. A topic may have a ``max.message.bytes``: larger
 batches are refused with MESSAGE_TOO_LARGE.
+
+A cluster has an id and remembers the producer ids it issued to the producer: a batch under
+any other id is a violation (issue 29: the cluster that replaced another may have given the
+old one's id to another producer, :meth:`SimCluster.phantom_producer`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from aiokprod.protocol.messages.produce import (
     ProduceResponse,
     ProduceTopicResponse,
 )
-from aiokprod.protocol.record_reader import RecordBatch, read_record_batches
+from aiokprod.protocol.record_reader import Record, RecordBatch, read_record_batches
 from aiokprod.protocol.schema import Struct
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.log import NONE, PartitionLog
@@ -77,6 +81,8 @@ UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 
 Trace = Callable[[str], None]
+#: Values of the records :meth:`SimCluster.phantom_producer` writes.
+PHANTOM_PREFIX = b"phantom:"
 _REJECTIONS = ("not_leader", "not_enough_replicas", "unknown_producer_id")
 _NO_LOG_START = (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE)
 
@@ -135,16 +141,28 @@ class SimCluster:
         faults: FaultSchedule | None = None,
         trace: Trace | None = None,
         base_port: int = 9092,
+        cluster_id: str = "sim-cluster",
+        ports: dict[int, int] | None = None,
+        first_producer_id: int | None = None,
     ) -> None:
         self.now_ms = now_ms
         self.rng = rng
         self.faults = faults or FaultSchedule()
         self.trace: Trace = trace or (lambda line: None)
+        ports = ports or {}
         self.brokers: dict[int, SimBroker] = {
-            i: SimBroker(i, f"broker{i}.sim", base_port + i) for i in range(node_count)
+            i: SimBroker(i, f"broker{i}.sim", ports.get(i, base_port + i))
+            for i in range(node_count)
         }
         self._next_port = base_port + 100
-        self.next_producer_id = 1000 + rng.randrange(1000)
+        self.cluster_id = cluster_id
+        self.next_producer_id = (
+            1000 + rng.randrange(1000) if first_producer_id is None else first_producer_id
+        )
+        #: Producer ids issued by InitProducerId (to the producer under test), in order.
+        self.issued: list[int] = []
+        #: Producer ids given to other producers (:meth:`phantom_producer`).
+        self.phantom_ids: set[int] = set()
         self.partitions: dict[tuple[str, int], SimPartition] = {}
         ids = sorted(self.brokers)
         rf = min(3, node_count)
@@ -233,6 +251,32 @@ class SimCluster:
             preferred = part.replicas[0]
             if part.leader != preferred and self.brokers[preferred].alive:
                 self.elect(tp, preferred)
+
+    def stop_all(self) -> None:
+        """Every broker stops (the cluster is gone)."""
+        for node_id in sorted(self.brokers):
+            self.stop_broker(node_id)
+
+    def start_all(self) -> None:
+        """Every stopped broker starts again on its port (a stale cluster comes back)."""
+        for node_id in sorted(self.brokers):
+            self.start_broker(node_id)
+
+    def phantom_producer(self, producer_id: int) -> None:
+        """Another producer got ``producer_id`` and wrote a record to every partition.
+
+        A new cluster's ids start from 0 again (issue 29); its values: :data:`PHANTOM_PREFIX`.
+        """
+        self.phantom_ids.add(producer_id)
+        if self.next_producer_id == producer_id:
+            self.next_producer_id += 1
+        self.trace(f"phantom producer {producer_id} on {self.cluster_id}")
+        for (topic, index), part in sorted(self.partitions.items()):
+            value = PHANTOM_PREFIX + f"{self.cluster_id}:{topic}-{index}".encode()
+            batch = RecordBatch(
+                0, 0, 0, 0, 0, 0, 0, producer_id, 0, 0, (Record(0, 0, None, value, ()),)
+            )
+            part.log.append(batch)
 
     def replicate(self, tp: tuple[str, int]) -> None:
         """The followers caught up with ``tp``'s leader (acks=1 writes are now safe)."""
@@ -325,7 +369,7 @@ class SimCluster:
                 MetadataBroker(node_id=i, host=h, port=port, rack=None)
                 for i, h, port in view.brokers
             ],
-            cluster_id="sim-cluster",
+            cluster_id=self.cluster_id,
             controller_id=min(alive, default=-1),
             topics=topics,
             error_code=0,
@@ -334,6 +378,9 @@ class SimCluster:
     def _init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
         pid = self.next_producer_id
         self.next_producer_id += 1
+        while self.next_producer_id in self.phantom_ids:
+            self.next_producer_id += 1
+        self.issued.append(pid)
         self.trace(f"init_producer_id -> {pid}")
         return InitProducerIdResponse(
             throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0
@@ -420,6 +467,13 @@ class SimCluster:
             self.violations.append(f"Produce {topic}-{index}: {len(batches)} batches or bad flags")
             return answer(INVALID_RECORD)
         batch = batches[0]
+        pid = batch.producer_id
+        if pid >= 0 and pid not in self.issued:
+            whose = " (it belongs to another producer)" if pid in self.phantom_ids else ""
+            self.violations.append(
+                f"Produce to {topic}-{index} of cluster {self.cluster_id} under producer id "
+                f"{pid}, which this cluster never issued to the producer{whose}"
+            )
         if self._too_large(part, batch, len(records)):
             self.trace(f"produce {topic}-{index}: {len(records)} bytes, MESSAGE_TOO_LARGE")
             return answer(MESSAGE_TOO_LARGE, message="the batch is larger than max.message.bytes")

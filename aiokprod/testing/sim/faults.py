@@ -42,6 +42,11 @@ BROKER_FAULTS = (
 CLOCK_FAULTS = ("starve",)
 #: Cluster events at a moment of the run.
 CLUSTER_EVENTS = ("election", "restart", "restart_new_port")
+#: The whole cluster is replaced by another behind the same bootstrap address (issue 29):
+#: drawn on its own, after everything else, so the other draws of a seed stay as they were.
+REPLACE_CLUSTER = "replace_cluster"
+#: In how many of the runs with faults the cluster is replaced.
+REPLACE_PROBABILITY = 0.15
 
 ALL_FAULTS = RESPONSE_FAULTS + REQUEST_FAULTS + CONNECT_FAULTS + BROKER_FAULTS + CLOCK_FAULTS
 #: Not drawn by default: a 4.x broker never sends UNKNOWN_PRODUCER_ID, and a spurious one while
@@ -69,11 +74,21 @@ class FaultWindow:
 
 @dataclass(frozen=True, slots=True)
 class ClusterEvent:
-    """A topology change at ``at_ms``: an election, or a broker down for ``down_ms``."""
+    """A topology change at ``at_ms``: an election, or a broker down for ``down_ms``.
+
+    ``replace_cluster``: every broker stops at ``at_ms``; ``down_ms`` later a new cluster
+    (a new id, producer ids from 0, one of them already given to another producer) runs
+    behind the bootstrap address, its other brokers at the old addresses (``in_place``) or
+    at new ones. With ``stale_after_ms`` >= 0 the old cluster runs again that long after the
+    new one started, for ``stale_ms``: a stale broker answering on a known address.
+    """
 
     kind: str
     at_ms: int
     down_ms: int = 0
+    in_place: bool = False
+    stale_after_ms: int = -1
+    stale_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -101,7 +116,10 @@ class FaultSchedule:
     def healed_at_ms(self) -> int:
         """When the last fault window has closed and the last broker is back (run-relative)."""
         ends = [w.end_ms for w in self.windows]
-        ends += [e.at_ms + e.down_ms + 1000 for e in self.events]  # + a preferred election
+        ends += [
+            e.at_ms + e.down_ms + max(e.stale_after_ms + e.stale_ms, 0) + 1000  # + an election
+            for e in self.events
+        ]
         return max(ends, default=0)
 
     def max_starvation_ms(self) -> int:
@@ -116,10 +134,20 @@ class FaultSchedule:
             for w in self.windows
         ]
         lines += [
-            f"  {e.kind:<20} at {e.at_ms} ms" + (f" down {e.down_ms} ms" if e.down_ms else "")
+            f"  {e.kind:<20} at {e.at_ms} ms"
+            + (f" down {e.down_ms} ms" if e.down_ms else "")
+            + (_describe_replacement(e) if e.kind == REPLACE_CLUSTER else "")
             for e in self.events
         ]
         return "\n".join(lines) if lines else "  (no faults)"
+
+
+def _describe_replacement(event: ClusterEvent) -> str:
+    where = " in place" if event.in_place else " on new ports (broker 0 keeps its address)"
+    stale = ""
+    if event.stale_after_ms >= 0:
+        stale = f", old cluster back {event.stale_after_ms} ms later for {event.stale_ms} ms"
+    return where + stale
 
 
 _MAGNITUDE_MS = {
@@ -150,4 +178,16 @@ def draw_schedule(rng: random.Random, horizon_ms: int, nodes: int) -> FaultSched
             kind = rng.choice(CLUSTER_EVENTS if nodes > 1 else CLUSTER_EVENTS[1:2])
             down = rng.randint(50, 3000) if kind != "election" else 0
             schedule.events.append(ClusterEvent(kind, rng.randrange(0, horizon_ms), down))
+    if rng.random() < REPLACE_PROBABILITY:
+        stale = rng.random() < 0.5
+        schedule.events.append(
+            ClusterEvent(
+                REPLACE_CLUSTER,
+                rng.randrange(0, horizon_ms),
+                rng.randint(0, 1000),
+                in_place=rng.random() < 0.5,
+                stale_after_ms=rng.randint(0, 2000) if stale else -1,
+                stale_ms=rng.randint(50, 2000) if stale else 0,
+            )
+        )
     return schedule

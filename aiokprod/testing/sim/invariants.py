@@ -26,10 +26,18 @@
     gave up) or a broker's non-retriable error; a transport problem is never a verdict.
 12. With idempotence, no delivery fails with ``OutOfOrderSequenceNumberError``: no batch is
     overtaken by a later one of its partition (the simulated brokers never lose our state).
+13. The producer never writes under a producer id that the cluster receiving the batch did
+    not issue to it (a cluster replaced behind the bootstrap address, issue 29: checked by
+    the brokers, reported among their violations).
+
+When the cluster was replaced, "in the log" means in the log of any of the run's clusters:
+a record is at most once in each (a batch whose outcome on the old cluster was unknown is
+written again to the new one), in its place in each one's order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokprod.errors import (
@@ -38,7 +46,7 @@ from aiokprod.errors import (
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
 )
-from aiokprod.testing.sim.cluster import SimCluster
+from aiokprod.testing.sim.cluster import PHANTOM_PREFIX, SimCluster
 from aiokprod.testing.sim.log import LogRecord
 from aiokprod.testing.sim.workload import Recorder, Sent, Workload
 
@@ -52,11 +60,12 @@ class Place:
     topic: str
     partition: int
     record: LogRecord
+    cluster: str = ""
 
 
 def check_run(
     workload: Workload,
-    cluster: SimCluster,
+    clusters: SimCluster | Sequence[SimCluster],
     recorder: Recorder,
     *,
     slack_ms: int,
@@ -66,17 +75,11 @@ def check_run(
     faulty: bool,
 ) -> list[str]:
     """Every invariant violation of the run (empty: the run is clean)."""
+    if isinstance(clusters, SimCluster):
+        clusters = [clusters]
     problems = list(recorder.problems)
-    problems += [f"broker saw: {v}" for v in cluster.violations]
-    places: dict[bytes | None, list[Place]] = {}
-    logs: dict[tuple[str, int], list[LogRecord]] = {}
-    truncated: set[bytes | None] = set()
-    for (topic, p), part in sorted(cluster.partitions.items()):
-        records = part.log.records()
-        logs[topic, p] = records
-        for record in records:
-            places.setdefault(record.value, []).append(Place(topic, p, record))
-        truncated.update(r.value for r in part.log.truncated)
+    problems += [f"broker saw: {v}" for c in clusters for v in c.violations]
+    places, logs, truncated = _read_logs(clusters)
     opts = workload.options
     delivery_ms = int(opts["delivery_timeout_ms"])
     block_ms = int(opts["max_block_ms"])
@@ -92,9 +95,8 @@ def check_run(
             problems.append(f"{name}: resolved {late} ms after it should have ({sent.outcome})")
         if sent.outcome == "rejected" and where:
             problems.append(f"{name}: its call raised {sent.error!r} but it is in the log")
-        if idempotent and len(where) > 1:
-            spots = ", ".join(f"{w.topic}-{w.partition}@{w.record.offset}" for w in where)
-            problems.append(f"{name}: duplicated ({sent.outcome}) at {spots}")
+        if idempotent and len(where) > len({w.cluster for w in where}):
+            problems.append(f"{name}: duplicated ({sent.outcome}) at {_spots(where)}")
         if sent.outcome == "failed" and not _allowed_failure(sent.error):
             problems.append(f"{name}: failed with {sent.error!r}, not a verdict a record may get")
         elif idempotent and isinstance(sent.error, OutOfOrderSequenceNumberError):
@@ -117,6 +119,37 @@ def check_run(
             f"{buffer_waiters} waiter(s)"
         )
     return problems
+
+
+def _read_logs(
+    clusters: Sequence[SimCluster],
+) -> tuple[
+    dict[bytes | None, list[Place]],
+    dict[tuple[str, str, int], list[LogRecord]],
+    set[bytes | None],
+]:
+    """Where each value is, every partition's records, and the values lost to truncation."""
+    places: dict[bytes | None, list[Place]] = {}
+    logs: dict[tuple[str, str, int], list[LogRecord]] = {}
+    truncated: set[bytes | None] = set()
+    for cluster in clusters:
+        name = "" if len(clusters) == 1 else f"{cluster.cluster_id}:"
+        for (topic, p), part in sorted(cluster.partitions.items()):
+            records = [r for r in part.log.records() if not _phantom(r)]
+            logs[name, topic, p] = records
+            for record in records:
+                places.setdefault(record.value, []).append(Place(topic, p, record, name))
+            truncated.update(r.value for r in part.log.truncated)
+    return places, logs, truncated
+
+
+def _spots(where: list[Place]) -> str:
+    return ", ".join(f"{w.cluster}{w.topic}-{w.partition}@{w.record.offset}" for w in where)
+
+
+def _phantom(record: LogRecord) -> bool:
+    """A record another producer wrote (``SimCluster.phantom_producer``)."""
+    return record.value is not None and record.value.startswith(PHANTOM_PREFIX)
 
 
 def _allowed_failure(error: BaseException | None) -> bool:
@@ -163,17 +196,18 @@ def _check_acked(
             if record.key != sent.key or record.headers != sent.headers:
                 return [f"{name}: key or headers differ in the log at {meta.offset}"]
             return []
-    spots = ", ".join(f"{w.topic}-{w.partition}@{w.record.offset}" for w in where)
     return [
-        f"{name}: acknowledged at {meta.topic}-{meta.partition}@{meta.offset} but it is at {spots}"
+        f"{name}: acknowledged at {meta.topic}-{meta.partition}@{meta.offset} but it is at "
+        f"{_spots(where)}"
     ]
 
 
 def _check_order(
-    logs: dict[tuple[str, int], list[LogRecord]], by_value: dict[bytes, Sent]
+    logs: dict[tuple[str, str, int], list[LogRecord]], by_value: dict[bytes, Sent]
 ) -> list[str]:
     problems = []
-    for (topic, p), records in logs.items():
+    for (cluster, topic, p), records in logs.items():
+        topic = f"{cluster}{topic}"
         max_call_tick = 0
         max_call_value = b""
         max_index: dict[int, int] = {}

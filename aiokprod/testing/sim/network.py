@@ -8,6 +8,10 @@ stay in order per direction. The broker side reads request frames, answers them 
 (as Kafka does per connection) after a processing delay, and the fault schedule may drop,
 delay, truncate or corrupt a response, change its correlation id or size prefix, cut or stall
 the connection, lose a request, or refuse a connect.
+
+Several clusters can listen at once (the cluster replaced behind the bootstrap address, issue
+29): an address leads to the running broker there, and when a broker of an older cluster runs
+again at an address a newer one also uses (a stale broker), either may answer a connect.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class SimNetwork:
     ) -> None:
         self.loop = loop
         self.cluster = cluster
+        #: Every cluster, oldest first (``cluster`` is the newest).
+        self.clusters: list[SimCluster] = [cluster]
         self.rng = rng
         self.faults = faults or FaultSchedule()
         self.trace: Trace = trace or (lambda line: None)
@@ -72,10 +78,27 @@ class SimNetwork:
         """A transport for one producer."""
         return SimTransport(self)
 
-    def cut_broker(self, node_id: int) -> None:
+    def add_cluster(self, cluster: SimCluster) -> None:
+        """A new cluster starts listening (it becomes :attr:`cluster`)."""
+        self.clusters.append(cluster)
+        self.cluster = cluster
+
+    def endpoint(self, host: str, port: int) -> tuple[SimCluster, SimBroker] | None:
+        """The running broker at ``host:port`` and its cluster (a stale one: maybe, see above)."""
+        found = []
+        for cluster in reversed(self.clusters):
+            broker = cluster.endpoint(host, port)
+            if broker is not None:
+                found.append((cluster, broker))
+        if len(found) > 1:
+            return self.rng.choice(found)
+        return found[0] if found else None
+
+    def cut_broker(self, node_id: int, cluster: SimCluster | None = None) -> None:
         """Cut every connection of a stopped broker (the client sees a reset or EOF)."""
+        cluster = cluster or self.cluster
         for conn in list(self.connections):
-            if conn.broker.node_id == node_id:
+            if conn.cluster is cluster and conn.broker.node_id == node_id:
                 conn.cut(reset=self.rng.random() < 0.5)
 
 
@@ -101,20 +124,22 @@ class SimTransport:
         net = self.network
         await asyncio.sleep(2 * net.latency_s())
         fault = net.faults.roll(CONNECT_FAULTS, net.now_ms())
-        broker = net.cluster.endpoint(host, port)
+        found = net.endpoint(host, port)
         if fault is not None and fault.kind == "connect_hang":
             net.trace(f"connect {host}:{port} hangs")
             await asyncio.sleep(3600)  # until the client's setup timeout gives up
-        if broker is None or (fault is not None and fault.kind == "refuse_connect"):
+        if found is None or (fault is not None and fault.kind == "refuse_connect"):
             net.trace(f"connect {host}:{port} refused")
             raise ConnectionRefusedError(111, f"connection refused ({host}:{port}, simulated)")
+        cluster, broker = found
         conn_id = net._next_conn_id
         net._next_conn_id += 1
         client = ClientStream(net.loop, conn_id)
-        server = ServerConnection(net, broker, client, conn_id)
+        server = ServerConnection(net, broker, client, conn_id, cluster)
         client.server = server
         net.connections.append(server)
-        net.trace(f"c{conn_id} connected to broker {broker.node_id} {host}:{port}")
+        where = "" if len(net.clusters) == 1 else f" of {cluster.cluster_id}"
+        net.trace(f"c{conn_id} connected to broker {broker.node_id}{where} {host}:{port}")
         return client
 
 
@@ -235,10 +260,16 @@ class ServerConnection:
     """The broker's end of one connection: reads requests, answers them in order, with faults."""
 
     def __init__(
-        self, network: SimNetwork, broker: SimBroker, client: ClientStream, conn_id: int
+        self,
+        network: SimNetwork,
+        broker: SimBroker,
+        client: ClientStream,
+        conn_id: int,
+        cluster: SimCluster | None = None,
     ) -> None:
         self.net = network
         self.loop = network.loop
+        self.cluster = cluster or network.cluster
         self.broker = broker
         self.incarnation = broker.incarnation
         self.client = client
@@ -284,7 +315,7 @@ class ServerConnection:
         while len(buffer) >= 4 and not self.closed:
             size = int(_INT32.unpack_from(buffer, 0)[0])
             if size < 8 or size > 100 * 1024 * 1024:
-                self.net.cluster.violations.append(f"request frame size {size}")
+                self.cluster.violations.append(f"request frame size {size}")
                 self.cut(reset=True)
                 return
             if len(buffer) < 4 + size:
@@ -347,9 +378,7 @@ class ServerConnection:
                 request = decode_struct(api.request, reader, version, flexible)
                 reader.expect_end()
         except ProtocolError as exc:
-            self.net.cluster.violations.append(
-                f"malformed request (api {api_key} v{version}): {exc}"
-            )
+            self.cluster.violations.append(f"malformed request (api {api_key} v{version}): {exc}")
             self.cut(reset=True)
             return
         if api_key != 0:
@@ -359,9 +388,9 @@ class ServerConnection:
             self._respond(api_key, 0, correlation_id, body, applied=False)
             return
         try:
-            response = self.net.cluster.handle(self.broker, api_key, version, request)
+            response = self.cluster.handle(self.broker, api_key, version, request)
         except ProtocolError as exc:
-            self.net.cluster.violations.append(f"request the broker rejects: {exc}")
+            self.cluster.violations.append(f"request the broker rejects: {exc}")
             self.cut(reset=True)
             return
         if response is None:

@@ -129,7 +129,7 @@ def run_seed(seed: int, *, keep_trace: bool = False) -> RunResult:
     if metrics:
         problems = check_run(
             workload,
-            world.cluster,
+            world.clusters,
             recorder,
             slack_ms=SLACK_MS + 4 * world.max_jump_ms,
             buffer_total=int(metrics["buffer_total_bytes"]),

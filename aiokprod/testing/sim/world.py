@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from aiokprod.clock import LoopClock
 from aiokprod.producer import Producer
 from aiokprod.testing.sim.cluster import SimCluster
-from aiokprod.testing.sim.faults import FaultSchedule
+from aiokprod.testing.sim.faults import REPLACE_CLUSTER, ClusterEvent, FaultSchedule
 from aiokprod.testing.sim.loop import VirtualLoop
 from aiokprod.testing.sim.network import SimNetwork, SimTransport
 
@@ -54,6 +54,9 @@ class SimWorld:
             trace=self.trace,
         )
         self.cluster.max_message_bytes.update(topology.max_message_bytes)
+        self._topology = topology
+        #: Every cluster of the run, oldest first; ``cluster`` is the newest (issue 29).
+        self.clusters = [self.cluster]
         self.network = SimNetwork(
             self.loop,
             self.cluster,
@@ -65,7 +68,8 @@ class SimWorld:
         for broker in self.cluster.brokers.values():
             if topology.nodes > 1 and self._rng.random() < 0.3:
                 broker.metadata_lag_ms = self._rng.randint(1, 300)
-        self.cluster.on_unreplicated = self._replicate_later
+        self._watch_replication(self.cluster)
+        self._first_base_port = 9092
         self.loop.starvation = self._starvation if "starve" in self.faults.kinds() else None
         self.max_jump_ms = 0
         self._schedule_events()
@@ -118,12 +122,78 @@ class SimWorld:
         self.trace(f"starved {jump} ms")
         return float(jump)
 
-    def _replicate_later(self, tp: tuple[str, int]) -> None:
-        self.loop.call_later(self._rng.uniform(0.005, 0.1), self.cluster.replicate, tp)
+    def _watch_replication(self, cluster: SimCluster) -> None:
+        def replicate_later(tp: tuple[str, int]) -> None:
+            self.loop.call_later(self._rng.uniform(0.005, 0.1), cluster.replicate, tp)
+
+        cluster.on_unreplicated = replicate_later
 
     def _schedule_events(self) -> None:
         for event in self.faults.events:
-            self.loop.call_later(event.at_ms / 1000, self._run_event, event.kind, event.down_ms)
+            if event.kind == REPLACE_CLUSTER:
+                self.loop.call_later(event.at_ms / 1000, self._replace_cluster, event)
+            else:
+                self.loop.call_later(event.at_ms / 1000, self._run_event, event.kind, event.down_ms)
+
+    # --- the cluster replaced (issue 29) ----------------------------------------------------
+
+    def _replace_cluster(self, event: ClusterEvent) -> None:
+        """Every broker of the cluster stops; ``down_ms`` later another cluster runs."""
+        old = self.cluster
+        self.trace(f"cluster {old.cluster_id} goes away")
+        self._stop_cluster(old)
+        self.loop.call_later(event.down_ms / 1000, self._start_replacement, old, event)
+
+    def _stop_cluster(self, cluster: SimCluster) -> None:
+        cluster.stop_all()
+        for node_id in sorted(cluster.brokers):
+            self.network.cut_broker(node_id, cluster)
+
+    def _start_replacement(self, old: SimCluster, event: ClusterEvent) -> None:
+        """The new cluster: a new id, ids from 0, behind the bootstrap address (broker 0's)."""
+        generation = len(self.clusters)
+        base_port = self._first_base_port + 1000 * generation
+        ports = {
+            i: broker.port if event.in_place or i == 0 else base_port + i
+            for i, broker in old.brokers.items()
+        }
+        new = SimCluster(
+            len(old.brokers),
+            dict(old.topics),
+            now_ms=self.loop.time_ms,
+            rng=random.Random(self._rng.getrandbits(64)),
+            faults=self.faults,
+            trace=self.trace,
+            base_port=base_port,
+            cluster_id=f"sim-cluster-{generation + 1}",
+            ports=ports,
+            first_producer_id=0,
+        )
+        new.max_message_bytes.update(old.max_message_bytes)
+        for node_id, broker in new.brokers.items():
+            broker.metadata_lag_ms = old.brokers[node_id].metadata_lag_ms
+        self._watch_replication(new)
+        # Another producer starts first and gets the id the producer under test holds.
+        new.phantom_producer(old.issued[-1] if old.issued else 0)
+        self.clusters.append(new)
+        self.cluster = new
+        self.network.add_cluster(new)
+        self.trace(
+            f"cluster {new.cluster_id} replaces {old.cluster_id} "
+            + ("in place" if event.in_place else f"(ports {sorted(ports.values())})")
+        )
+        if event.stale_after_ms >= 0:
+            self.loop.call_later(event.stale_after_ms / 1000, self._stale_back, old, event)
+
+    def _stale_back(self, old: SimCluster, event: ClusterEvent) -> None:
+        """The old cluster runs again on its addresses for a while (stale brokers)."""
+        self.trace(f"stale cluster {old.cluster_id} runs again for {event.stale_ms} ms")
+        old.start_all()
+        self.loop.call_later(event.stale_ms / 1000, self._stale_gone, old)
+
+    def _stale_gone(self, old: SimCluster) -> None:
+        self.trace(f"stale cluster {old.cluster_id} gone again")
+        self._stop_cluster(old)
 
     def _run_event(self, kind: str, down_ms: int) -> None:
         cluster = self.cluster

@@ -58,7 +58,7 @@ async def test_calls_need_a_started_client() -> None:
     with pytest.raises(IllegalStateError, match="not started"):
         await admin.complete_transaction(PREPARED, commit=True)
     await admin.start()
-    with pytest.raises(IllegalStateError, match="started already"):
+    with pytest.raises(IllegalStateError, match="started or closed already"):
         await admin.start()
     await admin.close()
     await admin.close()  # twice is fine

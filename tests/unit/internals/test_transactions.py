@@ -343,3 +343,17 @@ def test_fenced_while_prepared_is_fatal() -> None:
     for call in (txn.begin_commit, txn.begin_abort, txn.check_send):
         with pytest.raises(ProducerFencedError):
             call()
+
+
+def test_a_cancelled_prepare_leaves_the_transaction_open() -> None:
+    txn = ready()
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_prepare()
+    txn.prepare_cancelled()
+    assert state(txn) is TxnState.IN_TRANSACTION
+    txn.check_send()  # records may join again
+    txn.begin_prepare()
+    txn.on_batch_error(NotEnoughReplicasError())
+    txn.prepare_cancelled()  # an error that arrived meanwhile is kept
+    assert state(txn) is TxnState.ABORTABLE_ERROR

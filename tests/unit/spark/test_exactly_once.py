@@ -261,7 +261,9 @@ def test_an_epoch_overflow_commits_under_a_new_producer_id() -> None:
 def test_a_done_decision_needs_nothing() -> None:
     decision = Decision("r", None, {0: txn(0)}, done=True)
     plan = plan_recovery(P, decision, {transactional_id(P, 0): View("Ongoing", 1000, 3)})
-    assert plan.complete == () and plan.lost == () and plan.committed == ()
+    assert plan.complete == ()
+    assert plan.lost == ()
+    assert plan.committed == ()
 
 
 def test_recovery_fences_the_prefixs_other_open_transactions() -> None:
@@ -282,4 +284,5 @@ def test_recovery_fences_the_prefixs_other_open_transactions() -> None:
 def test_without_a_decision_recovery_only_fences() -> None:
     plan = plan_recovery(P, None, {}, [transactional_id(P, 1)])
     assert plan.fence == (transactional_id(P, 1),)
-    assert plan.complete == () and plan.lost == ()
+    assert plan.complete == ()
+    assert plan.lost == ()

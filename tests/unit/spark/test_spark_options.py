@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -174,3 +175,78 @@ def test_schema_rules_of_sparks_kafka_sink() -> None:
         check_schema(schema(value=StringType(), partition=LongType()), "t")
     with pytest.raises(ConfigError, match="column 'headers' must be array"):
         check_schema(schema(value=StringType(), headers=StringType()), "t")
+
+
+# --- deliveryGuarantee and transactionalIdPrefix ---------------------------------------------
+
+
+def test_at_least_once_is_the_default() -> None:
+    sink = parse_sink_options({**BOOT, "topic": "t"})
+    assert sink.delivery_guarantee == "at-least-once"
+    assert not sink.exactly_once
+    assert sink.transactional_id_prefix is None
+    assert "transaction_timeout_ms" not in sink.producer_options
+
+
+def test_exactly_once_takes_a_prefix_and_a_longer_transaction_timeout() -> None:
+    # Spark hands the names over lower-cased
+    sink = parse_sink_options(
+        {**BOOT, "deliveryguarantee": "Exactly-Once", "transactionalidprefix": "orders"}
+    )
+    assert sink.exactly_once
+    assert sink.transactional_id_prefix == "orders"
+    assert sink.producer_options["transaction_timeout_ms"] == 900_000
+
+
+def test_a_transaction_timeout_given_is_kept() -> None:
+    sink = parse_sink_options(
+        {
+            **BOOT,
+            "deliveryguarantee": "exactly-once",
+            "transactionalidprefix": "orders",
+            "kafka.transaction.timeout.ms": "60000",
+        }
+    )
+    assert sink.producer_options["transaction_timeout_ms"] == 60_000
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"deliveryguarantee": "twice"}, "option deliveryGuarantee: 'twice' is not one of"),
+        ({"deliveryguarantee": "exactly-once"}, "transactionalIdPrefix: required"),
+        (
+            {"deliveryguarantee": "exactly-once", "transactionalidprefix": " "},
+            "transactionalIdPrefix: required",
+        ),
+        ({"transactionalidprefix": "orders"}, "only used with deliveryGuarantee=exactly-once"),
+        ({"kafka.transactional.id": "mine"}, "kafka.transactional.id is not supported"),
+        (
+            {
+                "deliveryguarantee": "exactly-once",
+                "transactionalidprefix": "orders",
+                "kafka.enable.idempotence": "false",
+            },
+            "transactional_id needs idempotence",
+        ),
+        (
+            {
+                "deliveryguarantee": "exactly-once",
+                "transactionalidprefix": "orders",
+                "kafka.acks": "1",
+            },
+            "acks",
+        ),
+    ],
+)
+def test_exactly_once_mistakes_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_sink_options({**BOOT, "topic": "t", **options})
+
+
+def test_the_writer_of_an_exactly_once_sink_pickles_with_its_prefix() -> None:
+    from aiokprod.spark.exactly_once import ExactlyOnceTask
+
+    writer = PartitionWriter("b:9092", {}, "t", exactly_once=ExactlyOnceTask("orders", True))
+    copy = pickle.loads(pickle.dumps(writer))
+    assert copy.exactly_once == ExactlyOnceTask("orders", True)

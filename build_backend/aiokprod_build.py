@@ -1,0 +1,91 @@
+"""aiokprod's build backend: setuptools', plus what the compiled build needs when asked for it.
+
+``pyproject.toml`` names this module as the build backend (PEP 517, ``backend-path``). It is
+setuptools' backend with one change: when ``AIOKPROD_MYPYC=1`` is set, building a wheel
+also requires the compiler (mypy, which carries mypyc, at the version below) and aiokprod's
+runtime dependencies (mypyc type-checks the package against them). So an isolated build
+from the sdist works either way (docs/compiled.md, "Building it yourself")::
+
+    pip wheel aiokprod-0.1.0.tar.gz                    # the pure-Python wheel
+    AIOKPROD_MYPYC=1 pip wheel aiokprod-0.1.0.tar.gz   # the compiled wheel for this Python
+
+and a pure build never downloads mypy. ``setup.py`` decides what is compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from setuptools import build_meta as _setuptools
+from setuptools.build_meta import (
+    build_sdist,
+    build_wheel,
+    get_requires_for_build_editable,
+    get_requires_for_build_sdist,
+    prepare_metadata_for_build_editable,
+    prepare_metadata_for_build_wheel,
+)
+
+__all__ = [
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable",
+    "prepare_metadata_for_build_wheel",
+]
+
+#: The compiler of the compiled build, pinned: the C code of a release depends on it. Raise
+#: it by hand; `make wheels` and `make test-compiled` then build and test with the new one.
+MYPYC_REQUIRES = ("mypy==2.4.1",)
+
+ConfigSettings = dict[str, str | list[str] | None] | None
+
+
+def compile_requested() -> bool:
+    """Whether this build compiles (``AIOKPROD_MYPYC=1``, as ``setup.py`` reads it)."""
+    return os.environ.get("AIOKPROD_MYPYC") == "1"
+
+
+def compile_requires(pyproject: Path = Path("pyproject.toml")) -> list[str]:
+    """What a compiled build needs besides setuptools: the compiler and the runtime deps."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    return [*MYPYC_REQUIRES, *project["dependencies"]]
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
+    """Setuptools' requirements, and the compiler's when ``AIOKPROD_MYPYC=1`` is set."""
+    if not compile_requested():
+        requires: list[str] = _setuptools.get_requires_for_build_wheel(config_settings)
+        return requires
+    # setuptools answers by running setup.py, which with AIOKPROD_MYPYC=1 would import mypyc:
+    # not installed yet, that is what this answer asks for. Asked for the pure build instead.
+    os.environ.pop("AIOKPROD_MYPYC")
+    try:
+        requires = _setuptools.get_requires_for_build_wheel(config_settings)
+    finally:
+        os.environ["AIOKPROD_MYPYC"] = "1"
+    return requires + compile_requires()
+
+
+def build_editable(
+    wheel_directory: str,
+    config_settings: ConfigSettings = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """An editable install, always pure Python: refused when asked to compile.
+
+    Compiled in place, the extension modules would land in the source tree beside the
+    ``.py`` files and shadow every later edit of them.
+    """
+    if compile_requested():
+        raise RuntimeError(
+            "AIOKPROD_MYPYC=1 builds wheels; an editable install is always pure Python "
+            "(docs/compiled.md): unset AIOKPROD_MYPYC, or install a wheel"
+        )
+    result: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    return result
