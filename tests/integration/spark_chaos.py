@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from txn_readback import read_committed
 
 # --- the sinks ------------------------------------------------------------------------------
 
@@ -332,37 +332,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 
 def read_now(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
     """Every value of ``topic`` up to its end now (no idle wait: for polling)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"chaos-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        eof: set[int] = set()
-        deadline = time.monotonic() + 30
-        while len(eof) < partitions and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition() or 0)
-                    continue
-                raise RuntimeError(str(err))
-            eof.discard(msg.partition() or 0)
-            value = msg.value()
-            if value is not None:
-                values.append(value)
-    finally:
-        consumer.close()
-    return values
+    return read_committed(bootstrap, topic, partitions, idle_s=0.0, isolation=isolation)
 
 
 def wait_written(
