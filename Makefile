@@ -65,8 +65,10 @@ test-versions: $(STAMP)
 
 ## test-spark-chaos: the Spark chaos scenarios long (docs/spark.md, "Chaos-tested"): every
 ##                   scenario 3 times against our sink exactly-once and at-least-once and
-##                   Spark's own format("kafka"), more driver kills; prints the chaos table and
-##                   saves it to benchmarks/results/spark-chaos.json (~30-40 min here)
+##                   Spark's own format("kafka"), the stream variants, more driver kills (inside
+##                   the exactly-once commit too), executor loss and speculation on a standalone
+##                   cluster; prints the chaos table and saves it to
+##                   benchmarks/results/spark-chaos.json (~36 min here)
 test-spark-chaos: $(STAMP)
 	AIOKPROD_SPARK_CHAOS=long AIOKPROD_SPARK_CHAOS_JSON=benchmarks/results/spark-chaos.json \
 		$(PY) -m pytest tests/integration/test_spark_chaos.py tests/integration/test_spark_chaos_cluster.py -p no:cacheprovider $(PYTEST_ARGS)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
         where = os.environ.get("AIOKPROD_SPARK_CHAOS_JSON")
         if where:
-            save(CHAOS_RESULTS, Path(where), mode=os.environ.get("AIOKPROD_SPARK_CHAOS", "short"))
+            mode = os.environ.get("AIOKPROD_SPARK_CHAOS", "short")
+            finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            save(CHAOS_RESULTS, Path(where), mode=mode, finished=finished)
             terminalreporter.write_line(f"saved to {where}")
     versions = report_lines()
     if versions:

@@ -9,7 +9,8 @@ producer is idempotent and no task is retried). The faults land mid-write by con
 (spark_chaos.py: gates); the table of the runs is printed at the end of the session.
 
 ``make test`` runs each scenario once (Python workers killed in a batch job only, a shorter
-stream for the driver kill: about 4-5 minutes here); ``make test-spark-chaos``
+stream for the driver kill, the leader killed in a batch job; not the standalone cluster's
+scenarios); ``make test-spark-chaos``
 (``AIOKPROD_SPARK_CHAOS=long``) three times, with our at-least-once sink, the stream variants,
 more driver kills (inside the exactly-once commit too), and saves the table.
 Executor loss and speculative copies are in test_spark_chaos_cluster.py.

@@ -4,7 +4,8 @@ speculative copies (spark_chaos_procs.py says why not ``local-cluster``).
 A master and two single-core workers on 127.0.0.2 and 127.0.0.3 (two hosts to Spark), the
 executors in their own JVMs. As in test_spark_chaos.py, each scenario runs against our sink
 writing exactly once and Spark's own ``format("kafka")`` (and, in the long run, ours
-at-least-once), read back with librdkafka in ``read_committed``.
+at-least-once), read back with librdkafka in ``read_committed``. Only in the long run
+(``make test-spark-chaos``): ``make test`` runs issue 27's four faults of test_spark_chaos.py.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ from aiokprod.testing.pytest_plugin import in_ci
 if importlib.util.find_spec("pyspark") is None and not in_ci():
     pytest.skip("PySpark is not installed (pip install 'aiokprod[spark]')", allow_module_level=True)
 
+from spark_chaos_runs import LONG
+
+if not LONG:  # a standalone cluster's start alone takes 30-60 s here: make test stays short
+    pytest.skip("make test-spark-chaos only (AIOKPROD_SPARK_CHAOS=long)", allow_module_level=True)
+
 from spark_chaos import SPARK_CONF, ChaosError, Target
 from spark_chaos_procs import StandaloneCluster
 from spark_chaos_runs import (
-    LONG,
     RUNS,
     SINKS,
     batch_run,
@@ -36,7 +41,7 @@ from spark_chaos_runs import (
 )
 from spark_session import local_spark
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600 if LONG else 600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +115,7 @@ def test_executor_killed_mid_write(spark, target) -> None:
 # --- 6. speculative copies ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("original", ["held", "released"] if LONG else ["held"])
+@pytest.mark.parametrize("original", ["held", "released"])
 def test_a_speculative_copy_of_a_slow_task(spark, target, original: str) -> None:
     """Task 1 is held mid-write until Spark's speculation starts a copy on the other host.
     ``held``: the copy writes the partition and wins, Spark kills the original. ``released``:
