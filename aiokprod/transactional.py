@@ -87,17 +87,29 @@ class TransactionalMixin:
             ProducerFencedError: fenced by a newer producer (fatal: close the producer).
             KafkaTimeoutError: the coordinator did not answer within ``max_block_ms`` (the
                 transaction must then be aborted).
+
+        Cancellation:
+            A commit cancelled while it waits for its records leaves the transaction as it
+            was (open, or prepared): commit or abort it. Cancelled after its EndTxn was
+            sent, the outcome is unknown: only ``commit_transaction()`` may be called, and
+            it finishes the commit (``abort_transaction()`` raises IllegalStateError);
+            ``close()`` leaves it to the coordinator.
         """
         txn, coordinator = self._require_txn("commit_transaction()")
         txn.begin_commit()
         try:
-            await self._wait_transaction_records(flush=True)
-            await coordinator.wait_offsets()
-            txn.check_committing()
+            if not txn.end_txn_sent:
+                await self._wait_transaction_records(flush=True)
+                await coordinator.wait_offsets()
+                txn.check_committing()
             if txn.transaction_started:
+                txn.sending_end_txn()
                 await coordinator.end_txn(commit=True)
         except KafkaError as exc:
             txn.commit_failed(exc)
+            raise
+        except BaseException:
+            txn.commit_cancelled()
             raise
         txn.end_done()
         log.debug("transaction committed", transactional_id=txn.transactional_id)
@@ -319,6 +331,14 @@ class TransactionalMixin:
                 transactional_id=txn.transactional_id,
                 producer_id=None if idem is None else idem.producer_id,
                 epoch=None if idem is None else idem.producer_epoch,
+            )
+            return
+        if txn is not None and txn.state is TxnState.COMMITTING and txn.end_txn_sent:
+            log.warning(
+                "closing after a cancelled commit_transaction() sent its EndTxn: the "
+                "coordinator completes the commit (or aborts the transaction after "
+                "transaction_timeout_ms if the EndTxn never arrived)",
+                transactional_id=txn.transactional_id,
             )
             return
         if txn is None or txn.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):

@@ -42,7 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: what the sdist needs besides the package to build either wheel
 BUILD_FILES = frozenset(
-    {"pyproject.toml", "setup.py", "build_backend/aiokprod_build.py", "README.md", "PKG-INFO"}
+    {
+        "pyproject.toml",
+        "setup.py",
+        "build_backend/aiokprod_build.py",
+        "README.md",
+        "LICENSE",
+        "PKG-INFO",
+    }
 )
 #: the manylinux floor of the compiled wheels: glibc 2.17 (manylinux2014)
 GLIBC_FLOOR = (2, 17)

@@ -138,6 +138,13 @@ class TransactionManager:
         #: knows neither the transaction nor the producer id, so the next abort (or begin)
         #: runs InitProducerId afresh with the transactional id instead of EndTxn.
         self.reinit_required = False
+        #: What a commit started from (IN_TRANSACTION or PREPARED): a commit cancelled
+        #: before its EndTxn goes back there.
+        self._commit_from = TxnState.IN_TRANSACTION
+        #: The commit's EndTxn was (or may have been) sent: a cancelled commit then has an
+        #: unknown outcome and only commit_transaction() may finish it (the coordinator
+        #: answers a repeated EndTxn(commit) with success, KIP-890 for protocol 2).
+        self.end_txn_sent = False
 
     # --- checks for the public calls ---------------------------------------------------------
 
@@ -187,6 +194,7 @@ class TransactionManager:
         self._adding.clear()
         self._offsets_added = False
         self._sent = False
+        self.end_txn_sent = False
         self.state = TxnState.IN_TRANSACTION
 
     def check_send(self) -> None:
@@ -210,15 +218,42 @@ class TransactionManager:
             )
 
     def begin_commit(self) -> None:
-        """``commit_transaction()``: an open transaction with no error, or a prepared one."""
+        """``commit_transaction()``: an open transaction with no error, or a prepared one.
+
+        Also a commit cancelled after its EndTxn was sent: this call finishes it (the
+        records are all acknowledged; only the EndTxn is sent again).
+        """
         self._raise_if_error()
+        if self.state is TxnState.COMMITTING and self.end_txn_sent:
+            return
         if self.state not in (TxnState.IN_TRANSACTION, TxnState.PREPARED):
             raise self._illegal("commit_transaction()", "no transaction is open")
+        self._commit_from = self.state
         self.state = TxnState.COMMITTING
+
+    def sending_end_txn(self) -> None:
+        """The commit's EndTxn is about to be sent: from here a cancelled commit is unknown."""
+        self.end_txn_sent = True
+
+    def commit_cancelled(self) -> None:
+        """``commit_transaction()`` was cancelled while it waited.
+
+        Before its EndTxn the transaction is as before the call (open or prepared, with any
+        error that arrived meanwhile kept); after it, the commit's outcome is unknown and
+        the state stays COMMITTING until ``commit_transaction()`` is called again.
+        """
+        if self.state is TxnState.COMMITTING and not self.end_txn_sent:
+            self.state = self._commit_from
 
     def begin_abort(self) -> None:
         """``abort_transaction()``: an open or prepared transaction, or one that hit an error."""
         self._raise_if_fatal()
+        if self.state is TxnState.COMMITTING and self.end_txn_sent:
+            raise self._illegal(
+                "abort_transaction()",
+                "a cancelled commit_transaction() sent its EndTxn, so the transaction may be "
+                "committed already: call commit_transaction() again to finish the commit",
+            )
         if self.state not in (
             TxnState.IN_TRANSACTION,
             TxnState.ABORTABLE_ERROR,
@@ -280,6 +315,7 @@ class TransactionManager:
         """EndTxn succeeded (or there was nothing to end): the next transaction may begin."""
         if self.state in (TxnState.COMMITTING, TxnState.ABORTING):
             self.state = TxnState.READY
+            self.end_txn_sent = False
             self._added.clear()
             self._pending.clear()
             self._adding.clear()
@@ -294,6 +330,8 @@ class TransactionManager:
     def commit_failed(self, error: KafkaError) -> None:
         """The commit could not be completed: the transaction must be aborted (or fatal)."""
         self.on_error(error)
+        if self.state is not TxnState.COMMITTING:
+            self.end_txn_sent = False
 
     def abort_failed(self, error: KafkaError) -> None:
         """The abort's round trip failed: abort may be called again (unless fatal)."""

@@ -135,13 +135,40 @@ def test_a_failed_job_leaves_nothing_visible(
 ) -> None:
     from pyspark.sql.functions import udf
 
+    topic, p = new_topic(partitions=2), prefix()
+    bootstrap = kafka.bootstrap_servers
+
     @udf("string", useArrow=False)
     def partition_1_always_fails(i: int) -> str:
         if i == 9000:
+            # A gate, not a race: Spark's partition 1 fails only once Spark's partition 0
+            # wrote its 5,000 rows (uncommitted, over both topic partitions), so the job's
+            # abort has something to hide (else its 4 attempts could all fail first).
+            from confluent_kafka import Consumer, TopicPartition
+
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": "gate",
+                    # else librdkafka's high watermark is the last stable offset
+                    "isolation.level": "read_uncommitted",
+                }
+            )
+            try:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    highs = [
+                        consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                        for p in (0, 1)
+                    ]
+                    if sum(highs) >= 5000:
+                        break
+                    time.sleep(0.1)
+            finally:
+                consumer.close()
             raise RuntimeError("this partition cannot be written")
         return str(i)
 
-    topic, p = new_topic(partitions=2), prefix()
     df = spark.range(10_000, numPartitions=2).select(partition_1_always_fails("id").alias("value"))
     with pytest.raises(PySparkException, match="cannot be written"):
         write_eos(df, kafka.bootstrap_servers, topic, p)

@@ -160,6 +160,29 @@ async def test_close_aborts_an_open_transaction(kafka: LocalKafka, new_topic: Ne
     assert read_committed(kafka.bootstrap_servers, topic) == []
 
 
+async def test_a_commit_cancelled_while_records_wait_leaves_it_open(
+    kafka: LocalKafka, new_topic: NewTopic
+) -> None:
+    topic = new_topic()
+    async with Producer(
+        kafka.bootstrap_servers, transactional_id=txn_id(), linger_ms=60_000
+    ) as producer:
+        await producer.begin_transaction()
+        for i in range(20):
+            await producer.send(topic, f"r-{i}".encode())
+        commit = asyncio.create_task(producer.commit_transaction())
+        await asyncio.sleep(0)  # the commit runs until it waits for the records' acks
+        commit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await commit
+        # Nothing was decided: the transaction is open as before, records may still join,
+        # and a second commit commits every record once.
+        await producer.send(topic, b"after-the-cancel")
+        await producer.commit_transaction()
+    expected = [f"r-{i}".encode() for i in range(20)] + [b"after-the-cancel"]
+    assert read_committed(kafka.bootstrap_servers, topic) == expected
+
+
 @pytest.mark.parametrize("force_v1", [False, True], ids=["protocol2", "protocol1"])
 async def test_offsets_commit_with_the_transaction_only(
     kafka: LocalKafka, new_topic: NewTopic, force_v1: bool

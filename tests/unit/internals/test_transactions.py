@@ -357,3 +357,41 @@ def test_a_cancelled_prepare_leaves_the_transaction_open() -> None:
     txn.on_batch_error(NotEnoughReplicasError())
     txn.prepare_cancelled()  # an error that arrived meanwhile is kept
     assert state(txn) is TxnState.ABORTABLE_ERROR
+
+
+@pytest.mark.parametrize("prepare_first", [False, True])
+def test_a_commit_cancelled_before_its_end_txn_goes_back(prepare_first: bool) -> None:
+    txn = prepared() if prepare_first else ready()
+    if not prepare_first:
+        txn.begin()
+        txn.add_partition(TP0)
+    before = state(txn)
+    txn.begin_commit()
+    txn.commit_cancelled()
+    assert state(txn) is before
+    txn.begin_abort()  # and it may be aborted (or committed) from there
+    txn.end_done()
+    assert state(txn) is TxnState.READY
+
+
+def test_a_commit_cancelled_after_its_end_txn_is_finished_by_commit_only() -> None:
+    txn = ready()
+    txn.begin()
+    txn.add_partition(TP0)
+    txn.begin_commit()
+    txn.sending_end_txn()
+    txn.commit_cancelled()
+    assert state(txn) is TxnState.COMMITTING
+    with pytest.raises(IllegalStateError, match="call commit_transaction\\(\\) again"):
+        txn.begin_abort()
+    with pytest.raises(IllegalStateError):
+        txn.begin()
+    txn.begin_commit()  # resumes: only the EndTxn is sent again
+    assert state(txn) is TxnState.COMMITTING
+    txn.end_done()
+    assert state(txn) is TxnState.READY
+    assert not txn.end_txn_sent
+    txn.begin()
+    txn.begin_commit()
+    txn.commit_cancelled()  # a new transaction's commit starts from scratch
+    assert state(txn) is TxnState.IN_TRANSACTION
