@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # the benchmark suite's peers and tools too (make bench; make lint type-checks benchmarks/)
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
+.PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-spark-chaos test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,16 @@ test-uvloop: $(STAMP)
 ##                newest 4.x; 1 and 3 nodes; ~10 min). `make test` runs only its smoke subset.
 test-versions: $(STAMP)
 	$(PY) -m pytest tests/integration/test_broker_versions.py --kafka-versions=all
+
+## test-spark-chaos: the Spark chaos scenarios long (docs/spark.md, "Chaos-tested"): every
+##                   scenario 3 times against our sink exactly-once and at-least-once and
+##                   Spark's own format("kafka"), the stream variants, more driver kills (inside
+##                   the exactly-once commit too), executor loss and speculation on a standalone
+##                   cluster; prints the chaos table and saves it to
+##                   benchmarks/results/spark-chaos.json (~36 min here)
+test-spark-chaos: $(STAMP)
+	AIOKPROD_SPARK_CHAOS=long AIOKPROD_SPARK_CHAOS_JSON=benchmarks/results/spark-chaos.json \
+		$(PY) -m pytest tests/integration/test_spark_chaos.py tests/integration/test_spark_chaos_cluster.py -p no:cacheprovider $(PYTEST_ARGS)
 
 ## test-unit: only the tests that need no broker
 test-unit: $(STAMP)

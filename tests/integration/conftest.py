@@ -7,11 +7,15 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from faults import RESULTS
+from spark_chaos import RESULTS as CHAOS_RESULTS
+from spark_chaos import save, table
 from versions_report import report_lines
 
 LOOP_ENV = "AIOKPROD_TEST_LOOP"
@@ -32,6 +36,16 @@ if _LOOP == "uvloop":
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if CHAOS_RESULTS:
+        terminalreporter.section("Spark chaos (read back with librdkafka, read_committed)")
+        for line in table(CHAOS_RESULTS):
+            terminalreporter.write_line(line)
+        where = os.environ.get("AIOKPROD_SPARK_CHAOS_JSON")
+        if where:
+            mode = os.environ.get("AIOKPROD_SPARK_CHAOS", "short")
+            finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            save(CHAOS_RESULTS, Path(where), mode=mode, finished=finished)
+            terminalreporter.write_line(f"saved to {where}")
     versions = report_lines()
     if versions:
         terminalreporter.section("broker versions (read back with librdkafka)")
