@@ -266,7 +266,7 @@ class SendPath:
         return handle
 
     def _new_route(self, topic: str, info: TopicInfo) -> _Route:
-        return _Route(info, self._appender.partitions_of(topic, len(info.partitions)))
+        return _Route(info, self._appender.partitions_of(topic, info.num_partitions))
 
     async def wait_for_topic(self, topic: object, partition: int | None) -> TopicInfo:
         """The topic's metadata, waiting up to ``max_block_ms`` (a typed error otherwise)."""

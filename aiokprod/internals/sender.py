@@ -181,7 +181,7 @@ class Sender:
             self._pool.update_nodes({n.node_id: (n.host, n.port) for n in cluster.brokers.values()})
         result = acc.ready(cluster, now_ms)
         if result.unknown_leader_topics:
-            self._metadata.request_update()
+            self._metadata.request_update_for(result.unknown_leader_topics)
             delay = min(delay, self._fetcher.maybe_refresh(now_ms))
         nodes: set[int] = set()
         pool = self._pool
