@@ -44,6 +44,9 @@ DrainFilter = Callable[[ProducerBatch], bool]
 #: its build and its answer each held the event loop for tens of milliseconds (issue 30).
 #: Full batches (16 KiB) fill ``max_request_size`` long before this.
 MAX_BATCHES_PER_REQUEST: Final = 128
+#: The most batches one sender pass takes, over all nodes (100 brokers could otherwise take
+#: 12,800 in one pass); the pass after it takes the rest at once.
+MAX_BATCHES_PER_PASS: Final = 256
 
 #: What an append did, as the Java client's ``RecordAppendResult``: the batch, the record's
 #: index in it (0: the batch is new), and the bytes the append added (a new batch's header
@@ -130,6 +133,8 @@ class RecordAccumulator:
         self._incomplete_topics: dict[str, int] = {}
         #: No queued batch expires before this (a lower bound; see :meth:`expire`).
         self._next_expiry_ms = FOREVER_MS
+        #: False when the last :meth:`drain` stopped at MAX_BATCHES_PER_PASS.
+        self.drained_all = True
         self._flushes_in_progress = 0
         self._closing = False
         #: Partitions whose leader must not get another request while one is in flight.
@@ -341,8 +346,10 @@ class RecordAccumulator:
         Partitions are served least recently drained first, and a drained partition with
         more batches goes to the back, so no partition starves when requests fill up; the
         walk stops once every node's request is full (``max_request_bytes``, or
-        :data:`MAX_BATCHES_PER_REQUEST`). ``can_drain`` lets idempotence hold back batches
-        that must wait (no producer id yet, or an earlier sequence still in flight).
+        :data:`MAX_BATCHES_PER_REQUEST`), or after :data:`MAX_BATCHES_PER_PASS` batches in
+        all (:attr:`drained_all` is then False: the caller drains again soon). ``can_drain``
+        lets idempotence hold back batches that must wait (no producer id yet, or an earlier
+        sequence still in flight).
         """
         if self.adaptive is not None:
             self.adaptive.on_drain(nodes, now_ms)
@@ -352,7 +359,11 @@ class RecordAccumulator:
         topics = cluster.topics
         muted = self.muted
         touched: list[TopicPartition] = []
+        self.drained_all = True
         for tp, dq in self._queues.items():
+            if len(touched) >= MAX_BATCHES_PER_PASS:
+                self.drained_all = False
+                break
             info = topics.get(tp.topic)
             partition = tp.partition
             if info is None or partition >= info.num_partitions:

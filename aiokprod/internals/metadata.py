@@ -45,6 +45,7 @@ from aiokprod.types import TopicPartition
 
 __all__ = [
     "DECODE_STEP_PARTITIONS",
+    "MAX_TOPICS_PER_REQUEST",
     "NEW_TOPIC_BURST",
     "NO_LEADER",
     "BrokerNode",
@@ -59,6 +60,10 @@ __all__ = [
 DECODE_STEP_PARTITIONS: Final = 2000
 #: Refreshes for new topics that may start back to back before they are paced.
 NEW_TOPIC_BURST: Final = 3
+#: The most topics one Metadata request asks for: a refresh of more goes in several
+#: requests, one after the other (building and encoding a request of 10,000 topics held the
+#: loop for ~10 ms; each of these takes ~2 ms).
+MAX_TOPICS_PER_REQUEST: Final = 2000
 
 
 class MetadataState:
@@ -97,6 +102,8 @@ class MetadataState:
         self._in_flight = False
         self._asked: list[str] = []
         self._asked_full = False
+        #: The rest of a refresh of more than MAX_TOPICS_PER_REQUEST topics: asked next.
+        self._more: list[str] = []
         self._last_full_ms = -1
         self._backoff_until_ms = 0
         self._failures = 0
@@ -149,6 +156,8 @@ class MetadataState:
         backoff_left = max(self._backoff_until_ms - now_ms, 0)
         if self._failures:
             return backoff_left
+        if self._more:
+            return 0  # the same refresh goes on
         if self._new:
             return self._token_delay_ms(now_ms)
         if self._full_requested or self._partial:
@@ -173,8 +182,9 @@ class MetadataState:
         """A refresh starts now; returns the topics to ask for.
 
         Every topic in use when a full refresh is due (asked for, or ``max_age_ms`` since
-        the last one), else the new topics and those asked for after errors. Topics idle
-        for ``max_idle_ms`` with nothing queued or in flight leave the view here
+        the last one), else the new topics and those asked for after errors; at most
+        :data:`MAX_TOPICS_PER_REQUEST` of them, the rest right after. Topics idle for
+        ``max_idle_ms`` with nothing queued or in flight leave the view here
         (:attr:`released`).
         """
         self._in_flight = True
@@ -201,8 +211,15 @@ class MetadataState:
             or now_ms >= self._last_full_ms + self.max_age_ms
         )
         in_use = self._topics_last_used
-        pending = {**self._partial, **self._new}
-        asked = list(in_use) if full else [t for t in pending if t in in_use]
+        if full:
+            asked = list(in_use)
+        else:
+            pending = dict.fromkeys(self._more)
+            pending.update(self._partial)
+            pending.update(self._new)
+            asked = [t for t in pending if t in in_use]
+        self._more = asked[MAX_TOPICS_PER_REQUEST:]
+        asked = asked[:MAX_TOPICS_PER_REQUEST]
         self._asked, self._asked_full = asked, full
         self._full_requested = False
         self._partial = {}

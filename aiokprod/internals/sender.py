@@ -199,6 +199,8 @@ class Sender:
             )
             for node, batches in drained.items():
                 self._send_produce(node, batches, now_ms)
+            if not acc.drained_all:
+                delay = 0  # a pass takes a bounded number of batches: the next goes on
         expired = acc.expire(now_ms)
         if expired:
             for batch in expired:

@@ -9,6 +9,7 @@ import pytest
 from aiokprod.errors import ProducerClosedError
 from aiokprod.internals.accumulator import (
     FOREVER_MS,
+    MAX_BATCHES_PER_PASS,
     MAX_BATCHES_PER_REQUEST,
     RecordAccumulator,
     batch_of_one_size,
@@ -443,6 +444,22 @@ def test_drain_caps_the_batches_of_one_request() -> None:
         served += [b.tp.partition for b in batches]
     assert sorted(served) == list(range(partitions))  # each partition once: none starves
     assert acc.drain(cluster, {1}, 100_000_000, 0) == {}
+
+
+def test_one_drain_takes_a_bounded_number_of_batches_over_every_node() -> None:
+    nodes = 4
+    per_node = MAX_BATCHES_PER_REQUEST - 1
+    cluster = snapshot({"wide": [p % nodes for p in range(nodes * per_node)]}, brokers=range(4))
+    acc = accumulator(linger_ms=0)
+    for p in range(nodes * per_node):
+        append(acc, TopicPartition("wide", p))
+    first = acc.drain(cluster, set(range(nodes)), 100_000_000, 0)
+    assert sum(len(b) for b in first.values()) == MAX_BATCHES_PER_PASS
+    assert not acc.drained_all  # the sender runs its next pass at once
+    rest = acc.drain(cluster, set(range(nodes)), 100_000_000, 0)
+    assert sum(len(b) for b in rest.values()) == nodes * per_node - MAX_BATCHES_PER_PASS
+    assert acc.drained_all
+    assert not acc.has_undrained()
 
 
 def test_drain_serves_the_partition_that_did_not_fit_first_next_time() -> None:

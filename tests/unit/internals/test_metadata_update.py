@@ -14,6 +14,7 @@ import pytest
 from aiokprod.internals.cluster_view import MERGE_STEP_PARTITIONS, ClusterSnapshot
 from aiokprod.internals.metadata import (
     DECODE_STEP_PARTITIONS,
+    MAX_TOPICS_PER_REQUEST,
     NEW_TOPIC_BURST,
     MetadataState,
 )
@@ -251,6 +252,21 @@ def test_new_topics_keep_coming_paced_refreshes() -> None:
             starts.append(now_ms)
     assert starts[:NEW_TOPIC_BURST] == list(range(NEW_TOPIC_BURST))
     assert len(starts) == NEW_TOPIC_BURST  # ... then paced by the backoff
+
+
+def test_a_refresh_of_many_topics_goes_in_several_requests_one_after_the_other() -> None:
+    meta = state()
+    names = [f"t{i}" for i in range(2 * MAX_TOPICS_PER_REQUEST + 5)]
+    for name in names:
+        meta.add_topic(name, 0)
+    asked: list[str] = []
+    for _ in range(3):
+        assert meta.time_to_next_update_ms(0) == 0  # the rest goes at once
+        chunk = refreshed(meta, 0)
+        assert len(chunk) <= MAX_TOPICS_PER_REQUEST
+        asked += chunk
+    assert asked == names
+    assert meta.time_to_next_update_ms(0) == MAX_AGE
 
 
 def test_a_failed_refresh_asks_again_for_what_it_asked() -> None:
