@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiokprod import Producer
+from aiokprod.testing.sim.scale import CALLER, LoopTimer
 
 TICK_S = 0.001
 VALUE = b"v" * 100
@@ -60,9 +61,17 @@ class TickerRow:
     ticks: int = 0
     cpu_s: float = 0.0
     load: float = 0.0
+    #: The producer's longest callback (its tasks' steps, its connections' arrivals), in
+    #: CPU and wall-clock time, and what it was: what preemption cannot inflate.
+    step_cpu_ms: float = 0.0
+    step_wall_ms: float = 0.0
+    step: str = ""
+    #: The offering task's longest step (its send() calls).
+    caller_step_cpu_ms: float = 0.0
 
 
 async def measure(
+    timer: LoopTimer,
     bootstrap: str,
     topic: str,
     partitions: int,
@@ -99,7 +108,12 @@ async def measure(
                 await asyncio.sleep(TICK_S)
                 lateness.append(time.perf_counter() - began - TICK_S)
 
-        task = asyncio.create_task(ticker())
+        task = asyncio.create_task(ticker(), name="ticker")
+        current = asyncio.current_task()
+        if current is not None:
+            current.set_name(CALLER)  # its steps are the caller's (LoopTimer)
+        await asyncio.sleep(0)
+        timer.reset()
         cpu = time.process_time()
         began = time.perf_counter()
         count = int(seconds * rate)
@@ -115,6 +129,10 @@ async def measure(
             await asyncio.sleep(left)
         stop = True
         await task
+        out.step_cpu_ms = timer.producer.max_cpu_s * 1000
+        out.step_wall_ms = timer.producer.max_wall_s * 1000
+        out.step = timer.producer.slowest_cpu
+        out.caller_step_cpu_ms = timer.caller.max_cpu_s * 1000
         out.delivered_in_window = delivered
         try:
             await producer.flush(60)
@@ -163,18 +181,34 @@ ROWS = ("6", "8k-warm-300000", "8k-warm-1000", "8k-fresh")
 
 
 def run_row(topics: Topics, row: str, small: str, large: str, args: Any) -> TickerRow:
-    """One row (see the module docstring)."""
+    """One row (see the module docstring), its loop's callbacks timed."""
+    with LoopTimer() as timer:
+        return _run_row(timer, topics, row, small, large, args)
+
+
+def _run_row(
+    timer: LoopTimer, topics: Topics, row: str, small: str, large: str, args: Any
+) -> TickerRow:
     bootstrap = topics.bootstrap
     if row == "6":
         return asyncio.run(
             measure(
-                bootstrap, small, 6, 1000, warm=False, row=row, seconds=args.seconds, rate=args.rate
+                timer,
+                bootstrap,
+                small,
+                6,
+                1000,
+                warm=False,
+                row=row,
+                seconds=args.seconds,
+                rate=args.rate,
             )
         )
     if row.startswith("8k-warm-"):
         age = int(row.rsplit("-", 1)[1])
         return asyncio.run(
             measure(
+                timer,
                 bootstrap,
                 large,
                 8000,
@@ -190,6 +224,7 @@ def run_row(topics: Topics, row: str, small: str, large: str, args: Any) -> Tick
         try:
             return asyncio.run(
                 measure(
+                    timer,
                     bootstrap,
                     fresh,
                     8000,
@@ -236,7 +271,9 @@ def main() -> None:
                     f"{r.row:>16}: worst {r.worst_ms:7.1f} ms, p99 {r.p99_ms:6.1f} ms, "
                     f"p50 {r.p50_ms:5.2f} ms; delivered {r.delivered_in_window:,} in the "
                     f"window, {r.delivered:,} of {r.offered:,} in all ({r.failed} failed); "
-                    f"CPU {r.cpu_s:.1f} s; load {r.load:.1f}",
+                    f"CPU {r.cpu_s:.1f} s; load {r.load:.1f}; longest producer step "
+                    f"{r.step_cpu_ms:.1f} ms CPU / {r.step_wall_ms:.1f} ms wall ({r.step}), "
+                    f"caller {r.caller_step_cpu_ms:.1f} ms",
                     flush=True,
                 )
     finally:
