@@ -4,7 +4,9 @@ Builds a Metadata v13 answer (3 replicas a partition, every partition led), then
 as the fetcher does - ``MetadataDecoder`` and ``MetadataState.update_steps``, the loop given
 back at every ``yield`` - twice (a first answer, then the same again, as a periodic refresh),
 and prints the number of steps, the longest one and their sum, in CPU time (``process_time``:
-a busy machine's preemption does not inflate it, a garbage-collector pass does)::
+a busy machine's preemption does not inflate it, a garbage-collector pass does), and then
+what the view adds to the garbage collector's work: the objects it tracks, and the CPU of a
+full collection with the view held::
 
     .venv/bin/python -m benchmarks.metadata_steps
     .venv/bin/python -m benchmarks.metadata_steps --layouts 1x10000x10,10000x10x100
@@ -15,6 +17,7 @@ A layout is TOPICSxPARTITIONSxBROKERS. Not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 from aiokprod.internals.metadata import MetadataState
@@ -87,6 +90,8 @@ def main() -> None:
     for layout in args.layouts.split(","):
         topics, partitions, brokers = (int(n) for n in layout.split("x"))
         body, names = answer(topics, partitions, brokers)
+        gc.collect()
+        tracked = len(gc.get_objects())
         state = MetadataState(300_000, 300_000, 100)
         for label in ("first", "again"):
             steps, longest, total = apply_in_steps(state, body, names)
@@ -96,6 +101,14 @@ def main() -> None:
                 f"all {total * 1e3:.0f} ms CPU",
                 flush=True,
             )
+        began = time.process_time()
+        gc.collect()
+        full_s = time.process_time() - began
+        print(
+            f"    the view: {len(gc.get_objects()) - tracked:,} more objects tracked by the "
+            f"garbage collector, a full collection {full_s * 1e3:.1f} ms CPU",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
