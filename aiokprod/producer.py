@@ -297,7 +297,7 @@ class Producer(ProducerLifecycle):
             info = await self._path.wait_for_topic(topic, None)
         else:
             await asyncio.sleep(0)
-        return [p.partition for p in info.partitions]
+        return list(range(info.num_partitions))
 
     def metrics(self) -> dict[str, float]:
         """Producer-wide metrics: the Java producer's names and meanings (docs/metrics.md).

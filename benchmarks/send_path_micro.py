@@ -23,7 +23,7 @@ import sys
 import time
 
 from aiokprod import DeliveryFuture, Producer
-from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, PartitionInfo, TopicInfo
+from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, TopicInfo
 from aiokprod.lifecycle import ProducerState
 
 
@@ -31,9 +31,8 @@ async def run(n: int, mode: str) -> float:
     producer = Producer("127.0.0.1:1", buffer_memory=1 << 31, linger_ms=5)
     producer._state = ProducerState.RUNNING
     producer._path.thread_id = _thread.get_ident()
-    partitions = tuple(PartitionInfo(i, 1, 0) for i in range(6))
     producer._metadata.snapshot = ClusterSnapshot.build(
-        {1: BrokerNode(1, "h", 1)}, {"t": TopicInfo("t", partitions, tuple(range(6)))}
+        {1: BrokerNode(1, "h", 1)}, {"t": TopicInfo("t", (1,) * 6, (0,) * 6)}
     )
     value = b"x" * 100
     keys = [str(i % 1000).encode() for i in range(n)]

@@ -244,16 +244,17 @@ class ProducerConfig:
         check=c.int_between(0, MAX_INT64),
         group=_METADATA,
         java="metadata.max.age.ms",
-        doc="Refresh the cluster metadata at least this often, even without errors (errors "
-        "such as NOT_LEADER_OR_FOLLOWER refresh it at once).",
+        doc="Refresh the metadata of every topic in use at least this often, even without "
+        "errors (an error such as NOT_LEADER_OR_FOLLOWER refreshes the topic concerned at once).",
     )
     metadata_max_idle_ms: int = option(
         default=300_000,
         check=c.int_between(5000, MAX_INT64),
         group=_METADATA,
         java="metadata.max.idle.ms",
-        doc="Stop refreshing the metadata of a topic no record was sent to for this long "
-        "(at least 5000).",
+        doc="Forget a topic no record was sent to for this long (at least 5000), once nothing "
+        "of it is queued or in flight: its metadata is no longer refreshed, and what the "
+        "producer holds for it (metadata, per-topic metrics, sequence numbers) is released.",
     )
     allow_auto_create_topics: bool = option(
         default=True,

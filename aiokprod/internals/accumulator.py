@@ -38,6 +38,16 @@ FOREVER_MS: Final = 2**62
 
 DrainFilter = Callable[[ProducerBatch], bool]
 
+#: The most batches one Produce request carries (besides ``max_request_size``). Writing
+#: a request and handling its answer cost per batch; with thousands of partitions queued
+#: (a slow broker, a fresh topic) a request of 1 MiB held thousands of small batches and
+#: its build and its answer each held the event loop for tens of milliseconds (issue 30).
+#: Full batches (16 KiB) fill ``max_request_size`` long before this.
+MAX_BATCHES_PER_REQUEST: Final = 128
+#: The most batches one sender pass takes, over all nodes (100 brokers could otherwise take
+#: 12,800 in one pass); the pass after it takes the rest at once.
+MAX_BATCHES_PER_PASS: Final = 256
+
 #: What an append did, as the Java client's ``RecordAppendResult``: the batch, the record's
 #: index in it (0: the batch is new), and the bytes the append added (a new batch's header
 #: included). Whether the batch is now full is ``batch.is_full``. A plain tuple: this is
@@ -112,11 +122,19 @@ class RecordAccumulator:
         self._compressor = compressor
         self._keep_handles = keep_handles
         self._transactional = transactional
-        #: Only partitions with at least one queued batch have an entry.
+        #: Only partitions with at least one queued batch have an entry, least recently
+        #: drained first: a drained partition that still has batches moves to the end, so
+        #: draining from the front serves every partition in turn, and a pass stops once
+        #: its requests are full instead of looking at every queue (issue 30).
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: Every batch not yet completed, queued or in flight (for flush and abort).
         self._incomplete: set[ProducerBatch] = set()
-        self._drain_start: dict[int, int] = {}
+        #: Per topic, how many of its batches are incomplete (a topic with some is in use).
+        self._incomplete_topics: dict[str, int] = {}
+        #: No queued batch expires before this (a lower bound; see :meth:`expire`).
+        self._next_expiry_ms = FOREVER_MS
+        #: False when the last :meth:`drain` stopped at MAX_BATCHES_PER_PASS.
+        self.drained_all = True
         self._flushes_in_progress = 0
         self._closing = False
         #: Partitions whose leader must not get another request while one is in flight.
@@ -124,6 +142,8 @@ class RecordAccumulator:
         #: Per topic, the byte size split batches are cut to (see :meth:`split`).
         self._split_bytes: dict[str, int] = {}
         self._batches_created = 0
+        #: Called with (topic, now) for every new batch: the topic is in use.
+        self.on_new_batch: Callable[[str, int], None] = _ignore
         self.adaptive = adaptive
         if adaptive is not None:
             adaptive.queue_sizes = self.queue_sizes
@@ -163,7 +183,7 @@ class RecordAccumulator:
                     if sticky is not None and info is not None:
                         sticky.produced_bytes += size
                         if sticky.produced_bytes >= sticky.batch_size:
-                            sticky.maybe_switch(last.is_full, len(info.partitions), info.available)
+                            sticky.maybe_switch(last.is_full, info.num_partitions, info.available)
                     return last, index, size
                 last.is_full = True
         return None
@@ -207,9 +227,31 @@ class RecordAccumulator:
         dq = self._queues.get(tp)
         if dq is None:
             dq = self._queues[tp] = deque()
+            self._note_head(batch)
         dq.append(batch)
-        self._incomplete.add(batch)
+        self._track(batch)
+        self.on_new_batch(tp.topic, now_ms)
         return batch, index, builder.size_in_bytes
+
+    def _track(self, batch: ProducerBatch) -> None:
+        self._incomplete.add(batch)
+        topic = batch.tp.topic
+        self._incomplete_topics[topic] = self._incomplete_topics.get(topic, 0) + 1
+
+    def _untrack(self, batch: ProducerBatch) -> None:
+        self._incomplete.discard(batch)
+        topic = batch.tp.topic
+        left = self._incomplete_topics.get(topic, 0) - 1
+        if left > 0:
+            self._incomplete_topics[topic] = left
+        else:
+            self._incomplete_topics.pop(topic, None)
+
+    def _note_head(self, batch: ProducerBatch) -> None:
+        """``batch`` is at the head of its queue now: it may expire first."""
+        expiry = batch.created_ms + self.delivery_timeout_ms
+        if expiry < self._next_expiry_ms:
+            self._next_expiry_ms = expiry
 
     def _new_builder(self) -> RecordBatchBuilder:
         return RecordBatchBuilder(
@@ -245,7 +287,8 @@ class RecordAccumulator:
 
         A partition is sendable when its first batch is full (or more are queued), has
         lingered ``linger_ms``, the buffer has waiters, or a flush/close is in progress; and
-        it is not backing off after a failure, nor muted.
+        it is not backing off after a failure, nor muted. The look stops once every broker
+        is ready: with thousands of partitions queued, the first few settle it (issue 30).
         """
         result = ReadyResult()
         ready_nodes = result.ready_nodes
@@ -253,12 +296,20 @@ class RecordAccumulator:
         drain_all = exhausted or self._flushes_in_progress > 0 or self._closing
         linger = self.linger_ms
         next_delay = FOREVER_MS
+        topics = cluster.topics
+        brokers = len(cluster.brokers)
+        muted = self.muted
         for tp, dq in self._queues.items():
-            leader = cluster.leader_for(tp)
+            info = topics.get(tp.topic)
+            partition = tp.partition
+            if info is None or partition >= info.num_partitions:
+                result.unknown_leader_topics.add(tp.topic)
+                continue
+            leader = info.leaders[partition]
             if leader == NO_LEADER:
                 result.unknown_leader_topics.add(tp.topic)
                 continue
-            if leader in ready_nodes or tp in self.muted:
+            if leader in ready_nodes or tp in muted:
                 continue
             first = dq[0]
             if first.attempts:
@@ -266,16 +317,17 @@ class RecordAccumulator:
                 if wait_left > 0:
                     next_delay = min(next_delay, wait_left)
                     continue
-                ready_nodes.add(leader)
-                continue
-            if drain_all or first.is_full or first.expedite or len(dq) > 1:
-                ready_nodes.add(leader)
-                continue
-            wait_left = first.created_ms + linger - now_ms
-            if wait_left <= 0:
-                ready_nodes.add(leader)
-            else:
-                next_delay = min(next_delay, wait_left)
+            elif not (drain_all or first.is_full or first.expedite or len(dq) > 1):
+                wait_left = first.created_ms + linger - now_ms
+                if wait_left > 0:
+                    next_delay = min(next_delay, wait_left)
+                    continue
+            ready_nodes.add(leader)
+            if len(ready_nodes) >= brokers:
+                # Every broker has something to send: the rest can only add to them. Their
+                # deadlines do not matter until a request goes out or an answer comes back,
+                # and each of those runs another pass.
+                break
         result.next_ready_check_delay_ms = next_delay
         if self.adaptive is not None:
             self.adaptive.on_ready(cluster, ready_nodes, now_ms)
@@ -291,97 +343,99 @@ class RecordAccumulator:
     ) -> dict[int, list[ProducerBatch]]:
         """Take up to ``max_request_bytes`` of batches per node, one batch per partition.
 
-        The start partition rotates per node so that no partition starves when requests
-        fill up. ``can_drain`` lets idempotence hold back batches that must wait (no
-        producer id yet, or an earlier sequence still in flight).
+        Partitions are served least recently drained first, and a drained partition with
+        more batches goes to the back, so no partition starves when requests fill up; the
+        walk stops once every node's request is full (``max_request_bytes``, or
+        :data:`MAX_BATCHES_PER_REQUEST`), or after :data:`MAX_BATCHES_PER_PASS` batches in
+        all (:attr:`drained_all` is then False: the caller drains again soon). ``can_drain``
+        lets idempotence hold back batches that must wait (no producer id yet, or an earlier
+        sequence still in flight).
         """
         if self.adaptive is not None:
             self.adaptive.on_drain(nodes, now_ms)
-        # Only partitions with queued batches are visited, so a topic with a thousand
-        # partitions costs what is queued, not what exists.
-        queued_by_node: dict[int, list[TopicPartition]] = {}
-        leader_for = cluster.leader_for
-        for tp in self._queues:
-            leader = leader_for(tp)
-            if leader in nodes:
-                queued = queued_by_node.get(leader)
-                if queued is None:
-                    queued_by_node[leader] = [tp]
-                else:
-                    queued.append(tp)
         drained: dict[int, list[ProducerBatch]] = {}
-        for node, queued in queued_by_node.items():
-            batches = self._drain_node(cluster, node, queued, max_request_bytes, now_ms, can_drain)
-            if batches:
-                drained[node] = batches
-        return drained
-
-    def _drain_node(
-        self,
-        cluster: ClusterSnapshot,
-        node: int,
-        queued: list[TopicPartition],
-        max_request_bytes: int,
-        now_ms: int,
-        can_drain: DrainFilter | None,
-    ) -> list[ProducerBatch]:
-        count = len(cluster.by_leader.get(node, ())) or 1
-        start = self._drain_start.get(node, 0) % count
-        position = cluster.leader_position
-        if len(queued) > 1:
-            # Rotate: start at the partition after the one that started last time.
-            queued.sort(key=lambda tp: (position(tp) - start) % count)
-        ready: list[ProducerBatch] = []
-        size = 0
-        for tp in queued:
-            dq = self._queues[tp]
-            if tp in self.muted:
+        sizes: dict[int, int] = {}
+        taking = set(nodes)
+        topics = cluster.topics
+        muted = self.muted
+        touched: list[TopicPartition] = []
+        self.drained_all = True
+        for tp, dq in self._queues.items():
+            if len(touched) >= MAX_BATCHES_PER_PASS:
+                self.drained_all = False
+                break
+            info = topics.get(tp.topic)
+            partition = tp.partition
+            if info is None or partition >= info.num_partitions:
+                continue
+            leader = info.leaders[partition]
+            if leader not in taking or tp in muted:
                 continue
             first = dq[0]
             if first.attempts and first.retry_at_ms > now_ms:
                 continue
             if can_drain is not None and not can_drain(first):
                 continue
+            batches = drained.get(leader)
+            size = sizes.get(leader, 0)
             # The open batch's size is its uncompressed size: an upper bound of what it
             # will take once closed, so the check never closes a batch it cannot take.
-            if ready and size + first.size_in_bytes > max_request_bytes:
-                # Resume from this partition next time so it is not skipped twice.
-                self._drain_start[node] = position(tp)
-                return ready
+            if batches is not None and (
+                size + first.size_in_bytes > max_request_bytes
+                or len(batches) >= MAX_BATCHES_PER_REQUEST
+            ):
+                # This node's request is full; this partition goes first next time.
+                taking.discard(leader)
+                if not taking:
+                    break
+                continue
             closed = first.close()
             dq.popleft()
-            if not dq:
-                del self._queues[tp]
             first.drained_ms = now_ms
-            size += closed.size_in_bytes
-            ready.append(first)
-        self._drain_start[node] = (start + 1) % count
-        return ready
+            sizes[leader] = size + closed.size_in_bytes
+            if batches is None:
+                drained[leader] = [first]
+            else:
+                batches.append(first)
+            touched.append(tp)
+        queues = self._queues
+        for tp in touched:
+            dq = queues.pop(tp)
+            if dq:
+                queues[tp] = dq  # to the back: the others go first next time
+                self._note_head(dq[0])
+        return drained
 
     def expire(self, now_ms: int) -> list[ProducerBatch]:
         """Remove and return queued batches older than ``delivery_timeout_ms``.
 
         Batches in flight are not touched here: their request is still out, and whether it
-        was written is unknown until its response or request timeout.
+        was written is unknown until its response or request timeout. The queues are looked
+        at only when the oldest head may have expired (not on every pass).
         """
+        if now_ms < self._next_expiry_ms:
+            return []
         limit = self.delivery_timeout_ms
         expired: list[ProducerBatch] = []
         empty: list[TopicPartition] = []
+        oldest = FOREVER_MS
         for tp, dq in self._queues.items():
             while dq and now_ms - dq[0].created_ms >= limit:
                 expired.append(dq.popleft())
-            if not dq:
+            if dq:
+                oldest = min(oldest, dq[0].created_ms + limit)
+            else:
                 empty.append(tp)
         for tp in empty:
             del self._queues[tp]
+        self._next_expiry_ms = oldest
         return expired
 
     def next_expiry_delay_ms(self, now_ms: int) -> int:
-        """Milliseconds until the oldest queued batch reaches its delivery timeout."""
-        oldest = min((dq[0].created_ms for dq in self._queues.values()), default=None)
-        if oldest is None:
+        """Milliseconds until the oldest queued batch may reach its delivery timeout."""
+        if not self._queues:
             return FOREVER_MS
-        return max(0, oldest + self.delivery_timeout_ms - now_ms)
+        return max(0, self._next_expiry_ms - now_ms)
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int) -> None:
         """Put a failed batch back at the front of its queue, to retry after ``backoff_ms``.
@@ -397,6 +451,7 @@ class RecordAccumulator:
         if dq is None:
             dq = self._queues[batch.tp] = deque()
         dq.insert(_retry_position(dq, batch), batch)
+        self._note_head(dq[0])
 
     # --- splitting (MESSAGE_TOO_LARGE) ------------------------------------------------------
 
@@ -425,14 +480,16 @@ class RecordAccumulator:
         index = _retry_position(dq, batch)
         for offset, piece in enumerate(pieces):
             dq.insert(index + offset, piece)
-            self._incomplete.add(piece)
-        self._incomplete.discard(batch)
+            self._track(piece)
+        self._untrack(batch)
+        if dq:
+            self._note_head(dq[0])
         batch.reserved_bytes = 0
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """A batch completed: forget it and return its bytes to the budget."""
         if batch in self._incomplete:
-            self._incomplete.discard(batch)
+            self._untrack(batch)
             self.budget.release(batch.reserved_bytes)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -456,6 +513,19 @@ class RecordAccumulator:
     def has_incomplete(self) -> bool:
         """Whether any batch is queued or in flight."""
         return bool(self._incomplete)
+
+    def has_incomplete_for(self, topic: str) -> bool:
+        """Whether a batch of ``topic`` is queued or in flight (the topic is in use)."""
+        return topic in self._incomplete_topics
+
+    def release_topics(self, topics: list[str]) -> None:
+        """Forget what is kept per topic (they idled out; nothing of them is queued)."""
+        for topic in topics:
+            self._split_bytes.pop(topic, None)
+        # A dict keeps its size when emptied: new ones, sized for what is left.
+        self._split_bytes = dict(self._split_bytes)
+        self._incomplete_topics = dict(self._incomplete_topics)
+        self._incomplete = set(self._incomplete)
 
     def has_undrained(self) -> bool:
         """Whether any batch is still queued."""
@@ -488,6 +558,10 @@ class RecordAccumulator:
             batch.fail(error, aborted=True)
             self.deallocate(batch)
         return aborted
+
+
+def _ignore(topic: str, now_ms: int) -> None:
+    return None
 
 
 def _retry_position(dq: deque[ProducerBatch], batch: ProducerBatch) -> int:

@@ -214,10 +214,8 @@ class AdaptivePartitioning:
         candidates: Sequence[int] = available
         if down and cluster is not None:
             info = cluster.topics.get(topic)
-            partitions = info.partitions if info is not None else ()
-            candidates = [
-                p for p in available if p < len(partitions) and partitions[p].leader not in down
-            ]
+            leaders = info.leaders if info is not None else ()
+            candidates = [p for p in available if p < len(leaders) and leaders[p] not in down]
         elif not queued:
             return None  # every queue is empty: uniform
         get = queued.get

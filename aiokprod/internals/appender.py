@@ -116,6 +116,13 @@ class RecordAppender:
             tps = self._tps[topic] = tuple(TopicPartition(topic, p) for p in range(num_partitions))
         return tps
 
+    def release_topics(self, topics: list[str]) -> None:
+        """Forget what is kept per topic (they idled out of the view, issue 30)."""
+        for topic in topics:
+            self._tps.pop(topic, None)
+        self._tps = dict(self._tps)  # a dict keeps its size when emptied: a new one
+        self.partitions.release_topics(topics)
+
     # --- one record -------------------------------------------------------------------------
 
     def append(
@@ -202,7 +209,7 @@ class RecordAppender:
             sticky.on_append(
                 size,
                 batch.is_full,
-                len(info.partitions),
+                info.num_partitions,
                 info.available,
                 self._clock.monotonic_ms(),
             )
@@ -280,7 +287,7 @@ class RecordAppender:
                 return False
             value_list = list(values)
             partitions = self.prepare_keyed(
-                keys, value_list, key_serializer, value_serializer, hasher, len(info.partitions)
+                keys, value_list, key_serializer, value_serializer, hasher, info.num_partitions
             )
             if partitions is None:
                 return False
@@ -328,7 +335,7 @@ class RecordAppender:
             return
         acc = self._acc
         batch_size = acc.batch_size
-        tps = self.partitions_of(topic, len(info.partitions))
+        tps = self.partitions_of(topic, info.num_partitions)
         yield_at = self.yield_threshold(len(tps))
         headers_size = len(header_bytes) if header_bytes else 0
         largest_value = self.record_limit - batch_of_one_size(-1, 0, headers_size)
@@ -539,7 +546,7 @@ class RecordAppender:
         """
         acc = self._acc
         batch_size = acc.batch_size
-        tps = self.partitions_of(topic, len(info.partitions))
+        tps = self.partitions_of(topic, info.num_partitions)
         # A stable sort: records of one partition stay in input order.
         by_partition = sorted(range(len(keys)), key=partitions.__getitem__)
         yield_at = self.yield_threshold(len(tps))

@@ -103,6 +103,17 @@ class IdempotenceState:
         #: Partitions that asked for the next bump: their unacknowledged batches get new
         #: sequences then (Java: ``partitionsToRewriteSequences``).
         self._rewrite: set[TopicPartition] = set()
+        #: Partitions that are unresolved or in gap mode (what :meth:`resolve_sequences`
+        #: looks at: not every partition ever written, issue 30). Ordered, for replays.
+        self._attention: dict[TopicPartition, None] = {}
+        #: Partitions with state, by topic (to release an idle topic's).
+        self._by_topic: dict[str, dict[TopicPartition, None]] = {}
+        #: Partitions of released topics whose state waits for an outcome to be released.
+        self._release_pending: dict[TopicPartition, None] = {}
+        #: Set when a partition's state under the current id and epoch was released: the
+        #: broker may still expect its next sequence, so a partition without state waits
+        #: for an epoch bump before its first batch (see :meth:`release_topics`).
+        self._released_since_bump = False
 
     @property
     def has_producer_id(self) -> bool:
@@ -115,6 +126,7 @@ class IdempotenceState:
         self.producer_epoch = producer_epoch
         self.producer_id_required = False
         self.epoch_bump_required = False
+        self._released_since_bump = False
         # A new id may settle a bump the exhausted epoch could not: the partitions that
         # asked for it are renumbered under the new id (their batches were not appended).
         self._renumber_requested()
@@ -135,6 +147,7 @@ class IdempotenceState:
         self.producer_epoch = -1
         self.producer_id_required = True
         self.epoch_bump_required = False
+        self._released_since_bump = False
         for tp, state in self._partitions.items():
             # Not the new id, whatever number it has: the new cluster holds no state for us.
             state.producer_id = state.producer_epoch = -1
@@ -145,7 +158,15 @@ class IdempotenceState:
         state = self._partitions.get(tp)
         if state is None:
             state = self._partitions[tp] = PartitionSequences(self.producer_id, self.producer_epoch)
+            held = self._by_topic.get(tp.topic)
+            if held is None:
+                held = self._by_topic[tp.topic] = {}
+            held[tp] = None
         return state
+
+    def _attend(self, tp: TopicPartition) -> None:
+        """``tp`` became unresolved or entered gap mode: resolve_sequences looks at it."""
+        self._attention[tp] = None
 
     def _is_stale(self, state: PartitionSequences) -> bool:
         return (state.producer_id, state.producer_epoch) != (self.producer_id, self.producer_epoch)
@@ -161,7 +182,14 @@ class IdempotenceState:
             return False
         state = self._partitions.get(batch.tp)
         if state is None:
-            return not batch.has_sequence  # a partition never drained before: a clean start
+            if batch.has_sequence:
+                return False
+            if self._released_since_bump:
+                # This partition may be one whose state was released: the broker would want
+                # its next sequence, not 0. A new epoch makes 0 right everywhere (KIP-360).
+                self.epoch_bump_required = True
+                return False
+            return True  # a partition never drained before: a clean start
         if not batch.has_sequence:
             if state.in_flight and self._is_stale(state):
                 # Old-epoch batches are still out: a new-epoch batch with sequence 0 must
@@ -187,6 +215,8 @@ class IdempotenceState:
         """Stamp a batch at its first drain; a batch that has a stamp keeps it."""
         if batch.has_sequence:
             return
+        if self._release_pending:
+            self._release_pending.pop(batch.tp, None)  # in use again
         state = self._state(batch.tp)
         if self._is_stale(state) and not state.in_flight:
             self._restart_numbering(state)
@@ -292,10 +322,12 @@ class IdempotenceState:
         _remove(state.in_flight, batch)
         if isinstance(error, OutOfOrderSequenceNumberError) and later:
             state.gap = True  # see on_error: the later batches are resent under own stamps
+            self._attend(batch.tp)
         elif isinstance(error, (OutOfOrderSequenceNumberError, UnknownProducerIdError)):
             self._request_bump(batch.tp)
         elif may_retry and isinstance(error, BrokerError):
             state.gap = True
+            self._attend(batch.tp)
 
     def on_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
         """A stamped batch refused as too large was split into ``pieces`` (in record order).
@@ -344,6 +376,7 @@ class IdempotenceState:
         next_sequence = increment_sequence(batch.base_sequence, batch.record_count)
         state.after_expired.add(next_sequence)
         state.unresolved = True
+        self._attend(batch.tp)
 
     def on_late_outcome(self, batch: ProducerBatch, *, appended: bool) -> None:
         """The request of a batch that had already expired was answered (or failed)."""
@@ -398,15 +431,24 @@ class IdempotenceState:
         partition's next sequence, every batch was written after all; otherwise a sequence
         is lost and the epoch is bumped (the partition restarts at 0 under it).
         """
-        for tp, state in self._partitions.items():
+        if self._release_pending:
+            self._release_settled()
+        if not self._attention:
+            return
+        for tp in list(self._attention):
+            state = self._partitions.get(tp)
+            if state is None:
+                del self._attention[tp]
+                continue
             if state.gap:
                 self._settle_gap(tp, state)
-            if not state.unresolved or state.in_flight:
-                continue
-            state.unresolved = False
-            state.after_expired.clear()
-            if not self._is_next_sequence(state, state.next_sequence):
-                self._request_bump(tp)
+            if state.unresolved and not state.in_flight:
+                state.unresolved = False
+                state.after_expired.clear()
+                if not self._is_next_sequence(state, state.next_sequence):
+                    self._request_bump(tp)
+            if not (state.gap or state.unresolved):
+                del self._attention[tp]
 
     def _settle_gap(self, tp: TopicPartition, state: PartitionSequences) -> None:
         """End gap mode once every remaining batch's fate is known (see :meth:`on_failure`)."""
@@ -441,6 +483,7 @@ class IdempotenceState:
             self.producer_id_required = True
             return False
         self.producer_epoch += 1
+        self._released_since_bump = False
         self._renumber_requested()
         return True
 
@@ -472,6 +515,57 @@ class IdempotenceState:
                 batch.not_appended = False
                 state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
         self._rewrite.clear()
+
+    # --- idle topics --------------------------------------------------------------------------
+
+    def release_topics(self, topics: list[str]) -> None:
+        """Forget the sequence state of idle topics' partitions (issue 30).
+
+        A partition with a batch still unanswered, unresolved or in gap mode keeps its state
+        until that settles. The broker keeps the producer's last sequence per partition, so
+        a released partition written again must not start at 0 under the same epoch: after
+        a release, the first batch of any partition without state waits for an epoch bump
+        (client-side, KIP-360), under which every partition starts at 0 anyway. Not for a
+        transactional producer (its epoch belongs to the coordinator).
+        """
+        for topic in topics:
+            held = self._by_topic.get(topic)
+            if not held:
+                continue
+            for tp in list(held):
+                if not self._release(tp):
+                    self._release_pending[tp] = None
+        # A dict keeps its size when emptied: new ones, sized for what is left.
+        self._partitions = dict(self._partitions)
+        self._by_topic = dict(self._by_topic)
+
+    def _release(self, tp: TopicPartition) -> bool:
+        """Drop ``tp``'s state if nothing of it is outstanding; True if dropped (or none)."""
+        state = self._partitions.get(tp)
+        if state is None:
+            return True
+        if state.in_flight or state.unresolved or state.gap or tp in self._rewrite:
+            return False
+        del self._partitions[tp]
+        self._attention.pop(tp, None)
+        held = self._by_topic.get(tp.topic)
+        if held is not None:
+            held.pop(tp, None)
+            if not held:
+                del self._by_topic[tp.topic]
+        if not self._is_stale(state):
+            self._released_since_bump = True
+        return True
+
+    def _release_settled(self) -> None:
+        for tp in list(self._release_pending):
+            if self._release(tp):
+                del self._release_pending[tp]
+
+    @property
+    def partitions_held(self) -> int:
+        """How many partitions have sequence state (for tests and diagnostics)."""
+        return len(self._partitions)
 
     def unacked(self, tp: TopicPartition) -> list[ProducerBatch]:
         """The partition's batches with a sequence and no outcome yet."""

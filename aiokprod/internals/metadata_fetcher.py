@@ -1,9 +1,11 @@
 """MetadataFetcher: refreshes the cluster view and lets ``send()`` wait for a topic.
 
-:class:`~aiokprod.internals.metadata.MetadataState` decides when a refresh is due; the sender
-calls :meth:`MetadataFetcher.maybe_refresh` on every pass, which starts at most one refresh at
-a time in the producer's task group. ``send()`` for a topic not yet in the view awaits
-:meth:`MetadataFetcher.wait_for_topic`, bounded by ``max_block_ms``.
+:class:`~aiokprod.internals.metadata.MetadataState` decides when a refresh is due and what it
+asks for; the sender calls :meth:`MetadataFetcher.maybe_refresh` on every pass, which starts
+at most one refresh at a time in the producer's task group. The answer's body arrives
+undecoded (``MetadataRequestInSteps``) and is decoded and merged in steps, the event loop
+given back between them, then swapped in at once (issue 30). ``send()`` for a topic not yet
+in the view awaits :meth:`MetadataFetcher.wait_for_topic`, bounded by ``max_block_ms``.
 """
 
 from __future__ import annotations
@@ -18,21 +20,40 @@ from aiokprod.errors import (
     KafkaConnectionError,
     KafkaError,
     MetadataTimeoutError,
+    ProtocolError,
 )
 from aiokprod.internals.metadata import MetadataState, TopicInfo
 from aiokprod.logs import LogEvery, get_logger
 from aiokprod.net.pool import ConnectionPool, Spawn
 from aiokprod.protocol.messages.metadata import (
-    MetadataRequest,
+    MetadataRequestInSteps,
     MetadataRequestTopic,
     MetadataResponse,
 )
+from aiokprod.protocol.metadata_fast import MetadataDecoder, MetadataResponseBody
+from aiokprod.protocol.schema import Struct
 
 log = get_logger("aiokprod.metadata")
 
 #: Consecutive failed refreshes before a WARNING, and how often it repeats while failing.
 WARN_AFTER_FAILURES = 3
 WARN_EVERY_MS = 30_000
+#: Idle topics whose state is released per step (the loop is given back between steps).
+RELEASE_STEP_TOPICS = 500
+
+
+def _answer(response: Struct) -> MetadataDecoder | MetadataResponse:
+    """What a Metadata request got: a decoder past the answer's header, or a decoded answer.
+
+    Raises:
+        ProtocolError: the answer's header is malformed.
+        KafkaError: the connection answered with another message.
+    """
+    if isinstance(response, MetadataResponseBody):
+        return MetadataDecoder(response.data, response.version)
+    if isinstance(response, MetadataResponse):
+        return response
+    raise KafkaError("Metadata answered with another message")  # pragma: no cover
 
 
 class MetadataFetcher:
@@ -47,6 +68,8 @@ class MetadataFetcher:
         on_update: called after each successful refresh (wakes the sender).
         on_cluster_change: called with the old and the new cluster id when a response comes
             from another cluster than before, before the response is applied (issue 29).
+        on_release: called with topics that idled out of the view (a few hundred at a
+            time): the producer drops what else it holds for them (issue 30).
         clock: the producer's clock.
     """
 
@@ -60,6 +83,7 @@ class MetadataFetcher:
         allow_auto_create_topics: bool,
         on_update: Callable[[], None],
         on_cluster_change: Callable[[str, str], None] | None = None,
+        on_release: Callable[[list[str]], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._clock = clock
@@ -70,6 +94,7 @@ class MetadataFetcher:
         self._auto_create = allow_auto_create_topics
         self._on_update = on_update
         self._on_cluster_change = on_cluster_change
+        self._on_release = on_release
         self._refreshing = False
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_error: BaseException | None = None
@@ -89,6 +114,19 @@ class MetadataFetcher:
             return max(self._pool.next_attempt_delay_ms(now_ms), 1)
         self._refreshing = True
         topics = self.state.attempt_started(now_ms)
+        released = self.state.released
+        if released and self._on_release is not None:
+            on_release = self._on_release
+
+            async def release() -> None:
+                # Chunks with the loop given back between them: 10,000 topics idle out at
+                # once when a service stops using them together.
+                for start in range(0, len(released), RELEASE_STEP_TOPICS):
+                    if start:
+                        await asyncio.sleep(0)
+                    on_release(released[start : start + RELEASE_STEP_TOPICS])
+
+            self._spawn(release)
 
         async def refresh() -> None:
             await self._refresh(node_id, topics)
@@ -97,20 +135,32 @@ class MetadataFetcher:
         return self.state.retry_backoff_ms
 
     async def _refresh(self, node_id: int, topics: list[str]) -> None:
+        state = self.state
         try:
             conn = await self._pool.connection(node_id, self._timeout_s)
-            request = MetadataRequest(
+            request = MetadataRequestInSteps(
                 topics=[MetadataRequestTopic(name=t) for t in topics],
                 allow_auto_topic_creation=self._auto_create,
             )
             response = await conn.request(request, self._timeout_s)
-            if not isinstance(response, MetadataResponse):  # pragma: no cover
-                raise KafkaError("Metadata answered with another message")
-            self._check_cluster(response, node_id)
+            try:
+                answer = _answer(response)
+                self._check_cluster(answer.cluster_id, node_id)
+                # Decoded and merged in steps, the loop given back between them; the view
+                # changes at the last step, at once (issue 30).
+                for _ in state.update_steps(answer, topics, self._clock.monotonic_ms()):
+                    await asyncio.sleep(0)
+            except ProtocolError as exc:
+                error = KafkaConnectionError(
+                    f"node {node_id} sent a broken Metadata response ({exc}); disconnecting"
+                )
+                error.__cause__ = exc
+                conn.close(error)
+                raise error from exc
         except KafkaError as exc:
             self.last_error = exc
             now_ms = self._clock.monotonic_ms()
-            self.state.failed(now_ms)
+            state.failed(now_ms)
             self._failures += 1
             if self._failures >= WARN_AFTER_FAILURES and self._warn.due("refresh", now_ms):
                 log.warning(
@@ -131,6 +181,7 @@ class MetadataFetcher:
             return
         except BaseException:
             self._refreshing = False
+            state.abandoned()
             raise
         self._refreshing = False
         self.last_error = None
@@ -139,12 +190,11 @@ class MetadataFetcher:
         self._failures = 0
         self._warn.reset("refresh")
         # The sender passes the new brokers on to the pool (it follows ``state.version``).
-        self.state.update(response, topics, self._clock.monotonic_ms())
         self._wake_waiters()
         self._on_update()
 
-    def _check_cluster(self, response: MetadataResponse, node_id: int) -> None:
-        """Follow the cluster id of ``response`` (issue 29; docs/delivery-guarantees.md).
+    def _check_cluster(self, new: str | None, node_id: int) -> None:
+        """Follow the cluster id of an answer (issue 29; docs/delivery-guarantees.md).
 
         The first broker the producer heard from named the cluster it writes to (the pool
         asks each broker as it connects). Another one later means the cluster behind the
@@ -156,7 +206,6 @@ class MetadataFetcher:
         Raises:
             KafkaConnectionError: the answer comes from a cluster the producer left.
         """
-        new = response.cluster_id
         pool = self._pool
         old = pool.cluster_id
         if new is None or new == old:
@@ -227,7 +276,7 @@ class MetadataFetcher:
             error = state.snapshot.topic_error(topic)
             if error is not None and not error.retriable:
                 raise error
-            state.request_update()
+            state.request_update_for(topic)
             auth_error = self._pool.auth_error
             if auth_error is not None:
                 # The last connection attempt was refused on credentials: say so now. The

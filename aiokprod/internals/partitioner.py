@@ -331,6 +331,15 @@ class PartitionChooser:
         self._working_set_size = working_set_size
         self._working_set_ms = working_set_ms
 
+    def release_topics(self, topics: list[str]) -> None:
+        """Forget topics' sticky and round-robin state (they idled out, issue 30)."""
+        for topic in topics:
+            self._sticky.pop(topic, None)
+            self._counters.pop(topic, None)
+        # A dict keeps its size when emptied: new ones, sized for what is left.
+        self._sticky = dict(self._sticky)
+        self._counters = dict(self._counters)
+
     @property
     def is_sticky_for_unkeyed(self) -> bool:
         """Whether unkeyed records use the sticky partitioner (not round robin or custom)."""

@@ -103,7 +103,9 @@ class ProduceResponseHandler:
             failure = error if error is not None else KafkaConnectionError("no Produce response")
             if not isinstance(failure, KafkaError) or not failure.retriable:
                 failure = KafkaConnectionError(f"Produce request failed: {failure}")
-            self._metadata.request_update()
+            # Their topics' leaders may have moved (a disconnect also asks for every topic:
+            # the pool's on_disconnect).
+            self._metadata.request_update_for({tp.topic for tp in by_tp})
             for batch in by_tp.values():
                 self._on_batch_error(batch, failure, now_ms)
             self._wakeup()
@@ -200,7 +202,7 @@ class ProduceResponseHandler:
             self._give_up(batch, self._delivery_timeout(batch, now_ms, exc), now_ms)
             return
         if getattr(exc, "invalid_metadata", False):
-            self._metadata.request_update()
+            self._metadata.request_update_for(batch.tp.topic)
         # A KIP-951 hint named the new leader: resend there at once, as Java does.
         wait = (
             0

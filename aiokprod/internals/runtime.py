@@ -102,6 +102,9 @@ class ProducerRuntime:
             cfg.retry_backoff_ms,
             cfg.retry_backoff_max_ms,
         )
+        # A topic with a new batch is in use; one with batches queued or in flight too.
+        self.accumulator.on_new_batch = self.metadata.touch
+        self.metadata.busy = self.accumulator.has_incomplete_for
         self.appender = RecordAppender(
             self.accumulator,
             self.budget,
@@ -167,6 +170,7 @@ class ProducerRuntime:
                 allow_auto_create_topics=cfg.allow_auto_create_topics,
                 on_update=self.wakeup,
                 on_cluster_change=self._on_cluster_change,
+                on_release=self.release_topics,
                 clock=self.clock,
             )
             sender = self.sender = Sender(
@@ -229,6 +233,20 @@ class ProducerRuntime:
         """Wake the sender (a connection changed or metadata arrived)."""
         if self.sender is not None:
             self.sender.wakeup()
+
+    def release_topics(self, topics: list[str]) -> None:
+        """Drop what the producer holds for topics that idled out of its view (issue 30).
+
+        Their metadata is gone already (``MetadataState.attempt_started``); nothing of them
+        is queued or in flight. The per-topic metrics go, the partitioner's and the
+        appender's per-topic state, and the idempotence state of their partitions (not for a
+        transactional producer: its epoch is the coordinator's to bump).
+        """
+        self.stats.release_topics(topics)
+        self.appender.release_topics(topics)
+        self.accumulator.release_topics(topics)
+        if self.idempotence is not None and self.txn is None:
+            self.idempotence.release_topics(topics)
 
     def _on_disconnect(self, node_id: int) -> None:
         self.metadata.request_update()

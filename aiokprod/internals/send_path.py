@@ -334,7 +334,7 @@ class SendPath:
         sender.pass_timer.ran(now_ms, delay_ms)  # re-plans the sender task's sleep
 
     def _new_route(self, topic: str, info: TopicInfo) -> _Route:
-        return _Route(info, self._appender.partitions_of(topic, len(info.partitions)))
+        return _Route(info, self._appender.partitions_of(topic, info.num_partitions))
 
     async def wait_for_topic(self, topic: object, partition: int | None) -> TopicInfo:
         """The topic's metadata, waiting up to ``max_block_ms`` (a typed error otherwise)."""

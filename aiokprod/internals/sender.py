@@ -26,7 +26,7 @@ from aiokprod.errors import ClusterChangedError, KafkaConnectionError, KafkaErro
 from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.idempotence import IdempotenceState
-from aiokprod.internals.metadata import MetadataState
+from aiokprod.internals.metadata import ClusterSnapshot, MetadataState
 from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.offload import CompressionOffload
 from aiokprod.internals.pass_timer import PassTimer
@@ -178,7 +178,7 @@ class Sender:
             self._pool.update_nodes({n.node_id: (n.host, n.port) for n in cluster.brokers.values()})
         result = acc.ready(cluster, now_ms)
         if result.unknown_leader_topics:
-            self._metadata.request_update()
+            self._metadata.request_update_for(result.unknown_leader_topics)
             delay = min(delay, self._fetcher.maybe_refresh(now_ms))
         nodes: set[int] = set()
         pool = self._pool
@@ -190,12 +190,8 @@ class Sender:
                     delay = min(delay, wait)
             elif conn.can_send:
                 nodes.add(node)
-        if nodes:
-            drained = acc.drain(
-                cluster, nodes, self._config.max_request_size, now_ms, self._may_drain
-            )
-            for node, batches in drained.items():
-                self._send_produce(node, batches, now_ms)
+        if nodes and not self._drain_and_send(cluster, nodes, now_ms):
+            delay = 0
         expired = acc.expire(now_ms)
         if expired:
             for batch in expired:
@@ -208,6 +204,20 @@ class Sender:
         return max(delay, 0)
 
     # --- producing --------------------------------------------------------------------------
+
+    def _drain_and_send(self, cluster: ClusterSnapshot, nodes: set[int], now_ms: int) -> bool:
+        """Drain the ready ``nodes`` and send; False if the next pass must follow at once."""
+        idem = self._idem
+        acc = self._acc
+        bump_asked = idem is not None and idem.epoch_bump_required
+        drained = acc.drain(cluster, nodes, self._config.max_request_size, now_ms, self._may_drain)
+        for node, batches in drained.items():
+            self._send_produce(node, batches, now_ms)
+        if not acc.drained_all:
+            return False  # a pass takes a bounded number of batches: the next goes on
+        # A batch held back for an epoch bump (a partition of a released topic, issue 30):
+        # the next pass makes the bump, not the next timer.
+        return not (idem is not None and idem.epoch_bump_required and not bump_asked)
 
     def _send_produce(self, node: int, batches: list[ProducerBatch], now_ms: int) -> None:
         conn = self._pool.ready_connection(node, now_ms)

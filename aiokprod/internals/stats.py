@@ -303,6 +303,12 @@ class ProducerStats:
         """A batch refused as too large was split (Java: ``batch-split``)."""
         self._producer.record("batch-split", 1, now_ms)
 
+    def release_topics(self, topics: list[str]) -> None:
+        """Drop topics' metrics (they idled out of the producer's view, issue 30)."""
+        for topic in topics:
+            self._topics.pop(topic, None)
+        self._topics = dict(self._topics)  # a dict keeps its size when emptied: a new one
+
     # --- reading ----------------------------------------------------------------------------
 
     def total(self, name: str) -> float:

@@ -24,7 +24,11 @@ from aiokprod.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from aiokprod.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from aiokprod.protocol.messages.metadata import (
+    MetadataRequest,
+    MetadataRequestInSteps,
+    MetadataResponse,
+)
 from aiokprod.protocol.messages.offsets import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -54,6 +58,7 @@ from aiokprod.protocol.messages.txn_admin import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from aiokprod.protocol.metadata_fast import MetadataResponseBody, keep_metadata_body
 from aiokprod.protocol.primitives import Reader
 from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
 from aiokprod.protocol.schema import Struct
@@ -108,6 +113,18 @@ PRODUCE = ApiSpec(
     decode_body=decode_produce_body,
 )
 METADATA = ApiSpec(3, "Metadata", MetadataRequest, MetadataResponse, 4, 13, 9)
+# The same API for the producer's view: the body is kept as bytes and decoded by the caller
+# in steps (protocol/metadata_fast.py), so a large cluster's answer never holds the loop.
+METADATA_IN_STEPS = ApiSpec(
+    3,
+    "Metadata",
+    MetadataRequestInSteps,
+    MetadataResponseBody,
+    4,
+    13,
+    9,
+    decode_body=keep_metadata_body,
+)
 # The admin client's group APIs: OffsetCommit v0-v1 are gone from Kafka 4.0 (KIP-896);
 # OffsetFetch v8 (batched groups, Kafka 3.0) is the oldest form declared.
 OFFSET_COMMIT = ApiSpec(8, "OffsetCommit", OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8)
@@ -171,6 +188,7 @@ ALL_APIS: tuple[ApiSpec, ...] = (
 )
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in ALL_APIS}
 BY_REQUEST: dict[type[Struct], ApiSpec] = {api.request: api for api in ALL_APIS}
+BY_REQUEST[METADATA_IN_STEPS.request] = METADATA_IN_STEPS
 
 
 def api_for_request(request: Struct) -> ApiSpec:

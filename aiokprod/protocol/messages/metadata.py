@@ -39,6 +39,18 @@ class MetadataRequest(Struct):
     include_topic_authorized_operations: bool = kfield(Bool, versions="8+")
 
 
+class MetadataRequestInSteps(MetadataRequest):
+    """A :class:`MetadataRequest` whose answer is handed up undecoded.
+
+    The same request on the wire; its answer comes back as a
+    :class:`~aiokprod.protocol.metadata_fast.MetadataResponseBody`, for a caller that
+    decodes it in steps (:class:`~aiokprod.protocol.metadata_fast.MetadataDecoder`): the
+    producer's view of a large cluster (issue 30).
+    """
+
+    __slots__ = ()
+
+
 @dataclass(kw_only=True, slots=True)
 class MetadataBroker(Struct):
     """A broker of the cluster and where to reach it."""

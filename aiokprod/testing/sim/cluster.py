@@ -129,6 +129,8 @@ class SimCluster:
         rng: the broker's random stream (from the run's seed).
         faults: the run's fault schedule (broker-side faults are rolled here).
         trace: appends one event line to the run's trace.
+        placement: per topic, the replicas of every partition (the first leads); other
+            topics' partitions are spread over the brokers.
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class SimCluster:
         cluster_id: str = "sim-cluster",
         ports: dict[int, int] | None = None,
         first_producer_id: int | None = None,
+        placement: dict[str, list[int]] | None = None,
     ) -> None:
         self.now_ms = now_ms
         self.rng = rng
@@ -166,9 +169,11 @@ class SimCluster:
         self.partitions: dict[tuple[str, int], SimPartition] = {}
         ids = sorted(self.brokers)
         rf = min(3, node_count)
+        placement = placement or {}
         for name, count in topics.items():
+            placed = placement.get(name)
             for p in range(count):
-                replicas = [ids[(p + j) % len(ids)] for j in range(rf)]
+                replicas = list(placed) if placed else [ids[(p + j) % len(ids)] for j in range(rf)]
                 self.partitions[name, p] = SimPartition(name, p, replicas, replicas[0])
         self.topics = dict(topics)
         #: Per topic, the largest batch accepted (``max.message.bytes``); none: no limit.
@@ -176,6 +181,19 @@ class SimCluster:
         #: Protocol violations by the client (a malformed request, a corrupt batch).
         self.violations: list[str] = []
         self._views: list[tuple[int, _View]] = []
+        #: Per Metadata request answered: how many topics it asked for (-1: every topic;
+        #: 0: none, as a connection asks for the cluster id as it opens).
+        self.metadata_requests: list[int] = []
+        #: The last Metadata answers, by (view, topics asked): a large cluster's answer is
+        #: built once per view (the scale harness asks for 100,000 partitions every second).
+        self._metadata_cache: dict[
+            tuple[int, tuple[str, ...] | None], tuple[_View, MetadataResponse]
+        ] = {}
+        #: Milliseconds a broker spends on a partition's first append (a real broker opens
+        #: the partition's time index then: docs/benchmarks.md); 0 by default.
+        self.first_append_ms = 0.0
+        #: What the last Produce request cost the broker beyond its usual processing delay.
+        self.last_request_cost_ms = 0.0
         #: Called with a partition after an acks=1 write (the world replicates it later).
         self.on_unreplicated: Callable[[tuple[str, int]], None] = lambda tp: None
         self._snapshot()
@@ -335,6 +353,17 @@ class SimCluster:
 
     def _metadata(self, broker: SimBroker, request: MetadataRequest) -> MetadataResponse:
         view = self._view(broker)
+        asked = None if request.topics is None else tuple(t.name or "" for t in request.topics)
+        self.metadata_requests.append(-1 if asked is None else len(asked))
+        key = (id(view), asked)
+        cached = self._metadata_cache.get(key)
+        if cached is None or cached[0] is not view:
+            if len(self._metadata_cache) >= 8:
+                self._metadata_cache.clear()
+            cached = self._metadata_cache[key] = (view, self._metadata_answer(view, request))
+        return cached[1]
+
+    def _metadata_answer(self, view: _View, request: MetadataRequest) -> MetadataResponse:
         if request.topics is None:
             names: list[str] = sorted(self.topics)
         else:
@@ -392,9 +421,14 @@ class SimCluster:
         now = self.now_ms()
         endpoints: dict[int, SimBroker] = {}
         topics = []
+        self.last_request_cost_ms = 0.0
         for topic in request.topic_data:
             results = []
             for data in topic.partition_data:
+                if self.first_append_ms:
+                    part = self.partitions.get((topic.name, data.index))
+                    if part is not None and not part.log.batches:
+                        self.last_request_cost_ms += self.first_append_ms
                 result = self._produce_partition(
                     broker, version, request.acks, topic.name, data.index, data.records, now
                 )

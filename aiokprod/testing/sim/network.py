@@ -65,6 +65,10 @@ class SimNetwork:
         self.latency_ms = latency_ms
         self.connections: list[ServerConnection] = []
         self._next_conn_id = 0
+        #: Encoded Metadata answers, by (answer, version): the simulated brokers answer a
+        #: large cluster's Metadata with the same object until the view changes (the scale
+        #: harness), and encoding 100,000 partitions takes the simulator seconds.
+        self.encoded_metadata: dict[tuple[int, int], tuple[Struct, bytes]] = {}
 
     def now_ms(self) -> int:
         """Virtual milliseconds."""
@@ -393,28 +397,42 @@ class ServerConnection:
             self.cluster.violations.append(f"request the broker rejects: {exc}")
             self.cut(reset=True)
             return
+        cost_s = self.cluster.last_request_cost_ms / 1000 if api_key == 0 else 0.0
+        if cost_s > 0:
+            # The broker works on this request for that long: the answer, and the next
+            # request of the connection, wait (a real broker's first appends, issue 30).
+            self._busy_until = max(self._busy_until, self.loop.time()) + cost_s
         if response is None:
             return
-        self._respond(api_key, version, correlation_id, response, applied=api_key == 0)
+        self._respond(
+            api_key, version, correlation_id, response, applied=api_key == 0, extra_s=cost_s
+        )
 
     # --- broker -> client -------------------------------------------------------------------
 
     def _respond(
-        self, api_key: int, version: int, correlation_id: int, body: Struct, *, applied: bool
+        self,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        body: Struct,
+        *,
+        applied: bool,
+        extra_s: float = 0.0,
     ) -> None:
         api = BY_KEY[api_key]
         out = bytearray(4)
         out += _INT32.pack(correlation_id)
         if api.response_header_version(version) >= 1:
             out.append(0)
-        encode_struct(body, version, api.is_flexible(version), out)
+        out += self._encode_body(api_key, version, body)
         _INT32.pack_into(out, 0, len(out) - 4)
         frame = bytes(out)
         rng = self.net.rng
         fault = self.net.faults.roll(RESPONSE_FAULTS, self.net.now_ms())
         kind = fault.kind if fault is not None else None
         if kind is None:
-            self._send(frame)
+            self._send(frame, extra_s=extra_s)
         elif kind == "drop_response":
             self._trace(f"response {correlation_id} ({api.name}) dropped")
         elif kind == "apply_drop":
@@ -456,6 +474,22 @@ class ServerConnection:
             self._trace(f"response {correlation_id} cut after {part} of {len(frame)} bytes")
             self._send(frame[:part])
             self.cut(reset=rng.random() < 0.5)
+
+    def _encode_body(self, api_key: int, version: int, body: Struct) -> bytes | bytearray:
+        api = BY_KEY[api_key]
+        if api_key != 3:
+            out = bytearray()
+            encode_struct(body, version, api.is_flexible(version), out)
+            return out
+        cache = self.net.encoded_metadata
+        cached = cache.get((id(body), version))
+        if cached is None or cached[0] is not body:
+            if len(cache) >= 8:
+                cache.clear()
+            out = bytearray()
+            encode_struct(body, version, api.is_flexible(version), out)
+            cached = cache[id(body), version] = (body, bytes(out))
+        return cached[1]
 
     def _send(self, data: bytes, extra_s: float = 0.0) -> None:
         if self.silent or self.closed or self.client_gone:

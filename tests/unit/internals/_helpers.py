@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
-from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, PartitionInfo, TopicInfo
+from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, TopicInfo
 from aiokprod.protocol.records import RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
@@ -17,13 +17,10 @@ def snapshot(
 ) -> ClusterSnapshot:
     """A cluster view: ``{"topic": [leader of p0, leader of p1, ...]}`` (-1: no leader)."""
     nodes = {n: BrokerNode(n, f"broker{n}", 9090 + n) for n in brokers}
-    infos = {}
-    for name, leaders in topics.items():
-        partitions = tuple(
-            PartitionInfo(i, leader, leader_epoch=0) for i, leader in enumerate(leaders)
-        )
-        available = tuple(p.partition for p in partitions if p.leader >= 0)
-        infos[name] = TopicInfo(name, partitions, available)
+    infos = {
+        name: TopicInfo(name, tuple(leaders), (0,) * len(leaders))
+        for name, leaders in topics.items()
+    }
     return ClusterSnapshot.build(nodes, infos)
 
 

@@ -7,7 +7,13 @@ import asyncio
 import pytest
 
 from aiokprod.errors import ProducerClosedError
-from aiokprod.internals.accumulator import FOREVER_MS, RecordAccumulator, batch_of_one_size
+from aiokprod.internals.accumulator import (
+    FOREVER_MS,
+    MAX_BATCHES_PER_PASS,
+    MAX_BATCHES_PER_REQUEST,
+    RecordAccumulator,
+    batch_of_one_size,
+)
 from aiokprod.internals.batch import FinalState, ProducerBatch
 from aiokprod.types import TopicPartition
 
@@ -413,14 +419,63 @@ def test_drain_rotates_start_partition_so_none_starves() -> None:
     assert order == [0, 1, 2, 0, 1, 2]
 
 
-def test_drain_rotates_start_partition_when_everything_fits() -> None:
+def test_drain_takes_one_batch_of_every_partition_when_everything_fits() -> None:
     acc = accumulator(linger_ms=0)
     for tp in (T0, T1, T2):
         for _ in range(3):
             append(acc, tp)
             acc.queued(tp)[-1].is_full = True
     orders = [[b.tp.partition for b in acc.drain(ONE_NODE, {1}, 1_000_000, 0)[1]] for _ in range(3)]
-    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert orders == [[0, 1, 2]] * 3
+    assert not acc.has_undrained()
+
+
+def test_drain_caps_the_batches_of_one_request() -> None:
+    """Thousands of small batches queued: a request takes MAX_BATCHES_PER_REQUEST, in turn."""
+    partitions = 3 * MAX_BATCHES_PER_REQUEST
+    cluster = snapshot({"many": [1] * partitions}, brokers=[1])
+    acc = accumulator(linger_ms=0)
+    for p in range(partitions):
+        append(acc, TopicPartition("many", p))
+    served: list[int] = []
+    for _ in range(3):
+        batches = acc.drain(cluster, {1}, 100_000_000, 0)[1]
+        assert len(batches) == MAX_BATCHES_PER_REQUEST
+        served += [b.tp.partition for b in batches]
+    assert sorted(served) == list(range(partitions))  # each partition once: none starves
+    assert acc.drain(cluster, {1}, 100_000_000, 0) == {}
+
+
+def test_one_drain_takes_a_bounded_number_of_batches_over_every_node() -> None:
+    nodes = 4
+    per_node = MAX_BATCHES_PER_REQUEST - 1
+    cluster = snapshot({"wide": [p % nodes for p in range(nodes * per_node)]}, brokers=range(4))
+    acc = accumulator(linger_ms=0)
+    for p in range(nodes * per_node):
+        append(acc, TopicPartition("wide", p))
+    first = acc.drain(cluster, set(range(nodes)), 100_000_000, 0)
+    assert sum(len(b) for b in first.values()) == MAX_BATCHES_PER_PASS
+    assert not acc.drained_all  # the sender runs its next pass at once
+    rest = acc.drain(cluster, set(range(nodes)), 100_000_000, 0)
+    assert sum(len(b) for b in rest.values()) == nodes * per_node - MAX_BATCHES_PER_PASS
+    assert acc.drained_all
+    assert not acc.has_undrained()
+
+
+def test_drain_serves_the_partition_that_did_not_fit_first_next_time() -> None:
+    acc = accumulator(linger_ms=0)
+    for tp in (T0, T1):
+        append(acc, tp, b"v" * 30)
+        acc.queued(tp)[-1].is_full = True
+        append(acc, tp, b"v" * 30)
+        acc.queued(tp)[-1].is_full = True
+    size = batch_bytes()
+    (first,) = acc.drain(ONE_NODE, {1}, size, 0)[1]
+    assert first.tp == T0
+    (second,) = acc.drain(ONE_NODE, {1}, size, 0)[1]
+    assert second.tp == T1  # T0 was drained: it waits behind T1
+    (third,) = acc.drain(ONE_NODE, {1}, size, 0)[1]
+    assert third.tp == T0
 
 
 def test_drain_honours_can_drain() -> None:

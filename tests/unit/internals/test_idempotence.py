@@ -1360,3 +1360,59 @@ def test_out_of_order_for_a_batch_after_the_last_acknowledged_one_is_still_retri
     b2 = send(state, new_batch(TP, records=2))
     assert state.on_error(b1, error_for_code(6)) is Verdict.RETRY
     assert state.on_error(b2, OOOSN) is Verdict.RETRY
+
+
+# --- idle topics' state released (issue 30) ------------------------------------------------
+
+IDLE = TopicPartition("idle", 0)
+
+
+def test_an_idle_topics_settled_partitions_are_released() -> None:
+    state = ready_state()
+    for tp in (TP, OTHER, IDLE):
+        complete(state, send(state, new_batch(tp)))
+    outstanding = send(state, new_batch(OTHER))  # still in flight: kept for now
+    state.release_topics(["t"])
+    assert state.partitions_held == 2  # IDLE, and t-1 until its batch has an outcome
+    assert state.unacked(OTHER) == [outstanding]
+    complete(state, outstanding)
+    state.resolve_sequences()  # every sender pass
+    assert state.partitions_held == 1
+
+
+def test_a_partition_written_after_a_release_waits_for_an_epoch_bump() -> None:
+    """The broker still has t-0 at sequence 1: sequence 0 under the same epoch would fail."""
+    state = ready_state()
+    complete(state, send(state, new_batch(TP)))
+    state.release_topics(["t"])
+    again = new_batch(TP)
+    assert not state.can_drain(again)
+    assert state.epoch_bump_required
+    assert state.bump_epoch()
+    send(state, again)
+    assert stamp_of(again) == (PID, 1, 0)  # sequence 0, under a new epoch: accepted
+    fresh = new_batch(TopicPartition("never", 0))
+    assert state.can_drain(fresh)  # one bump settles it for every partition
+
+
+def test_a_release_of_partitions_under_an_old_epoch_needs_no_bump() -> None:
+    state = ready_state()
+    complete(state, send(state, new_batch(TP)))
+    state.epoch_bump_required = True
+    assert state.bump_epoch()  # TP's state is now of the old epoch
+    state.release_topics(["t"])
+    assert state.partitions_held == 0
+    assert state.can_drain(new_batch(TP))
+    assert not state.epoch_bump_required
+
+
+def test_a_released_partition_in_use_again_is_not_released_behind_its_back() -> None:
+    state = ready_state()
+    first = send(state, new_batch(TP))
+    state.release_topics(["t"])  # t-0 has a batch in flight: pending
+    second = new_batch(TP)
+    complete(state, first)
+    send(state, second)  # used again before the pending release ran
+    state.resolve_sequences()
+    assert state.unacked(TP) == [second]
+    assert stamp_of(second) == (PID, 0, 1)

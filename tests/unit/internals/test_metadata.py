@@ -80,15 +80,12 @@ def test_snapshot_from_response() -> None:
     info = snap.topics["t"]
     assert info.num_partitions == 3
     assert info.available == (0, 1, 2)
-    assert info.partitions[1] == PartitionInfo(1, 2, 0, (1, 2), (2,))
+    assert info.partitions[1] == PartitionInfo(1, 2, 0)
+    assert info.leaders == (1, 2, 1)
     assert snap.leader_for(TopicPartition("t", 0)) == 1
     assert snap.leader_for(TopicPartition("t", 1)) == 2
     assert snap.leader_for(TopicPartition("t", 9)) == NO_LEADER
     assert snap.leader_for(TopicPartition("other", 0)) == NO_LEADER
-    assert snap.by_leader == {
-        1: (TopicPartition("t", 0), TopicPartition("t", 2)),
-        2: (TopicPartition("t", 1),),
-    }
     assert snap.partition_info(TopicPartition("t", 2)) == info.partitions[2]
     assert snap.partition_info(TopicPartition("t", 3)) is None
     assert snap.partition_info(TopicPartition("nope", 0)) is None
@@ -110,7 +107,7 @@ def test_leaderless_partitions_are_not_available() -> None:
     assert info.num_partitions == 3
     assert info.available == (0, 2)
     assert snap.leader_for(TopicPartition("t", 1)) == NO_LEADER
-    assert TopicPartition("t", 1) not in {tp for tps in snap.by_leader.values() for tp in tps}
+    assert info.leaders == (1, NO_LEADER, 2)
 
 
 def test_leader_not_among_brokers_counts_as_leaderless() -> None:
@@ -159,11 +156,7 @@ def test_merge_keeps_other_topics() -> None:
     assert snap.topics["a"].num_partitions == 2
     assert snap.topics["b"].num_partitions == 1
     assert snap.leader_for(TopicPartition("b", 0)) == 2
-    assert snap.by_leader[2] == (
-        TopicPartition("a", 0),
-        TopicPartition("a", 1),
-        TopicPartition("b", 0),
-    )
+    assert snap.leader_for(TopicPartition("a", 1)) == 2
 
 
 def test_merge_takes_brokers_from_the_response() -> None:
@@ -208,8 +201,6 @@ def test_leader_hint_with_newer_epoch_is_applied() -> None:
     assert new is not None
     assert new.leader_for(TP0) == 2
     assert new.topics["t"].partitions[0].leader_epoch == 6
-    assert new.topics["t"].partitions[0].replicas == (1, 2)  # kept
-    assert new.by_leader == {2: (TP0,)}
     assert snap.leader_for(TP0) == 1  # the old snapshot is untouched
 
 
@@ -307,7 +298,7 @@ def test_new_topic_after_a_refresh_is_due_at_once() -> None:
     assert state.time_to_next_update_ms(10) > 0
     assert state.add_topic("b", 10) is True
     assert state.time_to_next_update_ms(10) == 0
-    assert state.attempt_started(10) == ["a", "b"]
+    assert state.attempt_started(10) == ["b"]  # the new topic only: a partial refresh
 
 
 def test_requested_update_waits_only_the_backoff_since_the_last_refresh() -> None:
@@ -374,8 +365,10 @@ def test_refresh_stays_requested_while_a_topic_has_an_error_or_no_leader() -> No
     state.update(response([topic("a", [1, -1]), topic("b", [1])]), requested, BACKOFF)
     assert state.time_to_next_update_ms(2 * BACKOFF) == 0  # "a" partition 1 has no leader
     requested = state.attempt_started(2 * BACKOFF)
-    state.update(response([topic("a", [1, 2]), topic("b", [1])]), requested, 2 * BACKOFF)
-    assert state.time_to_next_update_ms(2 * BACKOFF) == MAX_AGE
+    assert requested == ["a"]  # only the incomplete topic
+    state.update(response([topic("a", [1, 2])]), requested, 2 * BACKOFF)
+    # Partial refreshes do not move the periodic one: due max age after the first, full one.
+    assert state.time_to_next_update_ms(2 * BACKOFF) == MAX_AGE - 2 * BACKOFF
 
 
 def test_idle_topics_are_dropped_from_refreshes() -> None:
