@@ -176,8 +176,10 @@ class ProducerLifecycle(TransactionalMixin):
             runner = self._runner
             if runner is not None and not runner.done():
                 self._state = ProducerState.CLOSED
-                if rt.pool is not None:
+                if crashed and rt.pool is not None:
                     rt.pool.close_all()
+                # Else the runner closes the connections itself once the brokers read what
+                # was written (acks=0; bounded by the close timeout: Runtime.run).
                 await asyncio.wait([runner])
         self._state = ProducerState.CLOSED
         if crashed and self._crash is not None:

@@ -70,6 +70,8 @@ class ProducerRuntime:
     ) -> None:
         cfg = self.config = config
         self.software_version = software_version
+        #: When close() must be done (its timeout); None: no close yet, or no timeout.
+        self._close_by_ms: int | None = None
         self.transport = transport
         self.clock = clock
         self.rng = rng
@@ -203,6 +205,14 @@ class ProducerRuntime:
             tg.start_soon(sender.run)
             ready.set_result(None)
             await sender.wait_stopped()
+            # acks=0 records count as sent once written: the brokers read them before the
+            # connections are aborted (ConnectionPool.wait_written), within close()'s timeout.
+            now_ms = self.clock.monotonic_ms()
+            by_ms = self._close_by_ms
+            left_ms = cfg.request_timeout_ms if by_ms is None else by_ms - now_ms
+            if left_ms > 0:
+                with anyio.move_on_after(left_ms / 1000):
+                    await pool.wait_written(left_ms / 1000)
             pool.close_all()
             tg.cancel_scope.cancel()
 
@@ -281,6 +291,8 @@ class ProducerRuntime:
         sender = self.sender
         if sender is None:
             return
+        if timeout is not None:
+            self._close_by_ms = self.clock.monotonic_ms() + int(timeout * 1000)
         sender.stop()
         if timeout is None or timeout > 0:
             with anyio.move_on_after(timeout):

@@ -44,6 +44,9 @@ from aiokprod.types import TopicPartition
 
 log = get_logger("aiokprod.sender")
 
+#: How soon a pass looks again at a connection backed up in its socket buffer with no
+#: request in flight (acks=0: no response will wake the sender).
+BACKED_UP_RECHECK_MS: Final = 5
 #: How often in-flight batches are checked against the delivery timeout.
 IN_FLIGHT_EXPIRY_SCAN_MS: Final = 50
 
@@ -190,6 +193,10 @@ class Sender:
                     delay = min(delay, wait)
             elif conn.can_send:
                 nodes.add(node)
+            elif conn.in_flight == 0:
+                # Backed up in the socket buffer with nothing in flight (acks=0): no answer
+                # will wake the sender when the buffer drains, so it looks again soon.
+                delay = min(delay, BACKED_UP_RECHECK_MS)
         if nodes and not self._drain_and_send(cluster, nodes, now_ms):
             delay = 0
         expired = acc.expire(now_ms)
@@ -213,6 +220,10 @@ class Sender:
         drained = acc.drain(cluster, nodes, self._config.max_request_size, now_ms, self._may_drain)
         for node, batches in drained.items():
             self._send_produce(node, batches, now_ms)
+        if drained and self._config.acks == 0:
+            # No answer comes to wake the sender for a partition's next batch (a drain takes
+            # one per partition): the next pass goes on at once.
+            return False
         if not acc.drained_all:
             return False  # a pass takes a bounded number of batches: the next goes on
         # A batch held back for an epoch bump (a partition of a released topic, issue 30):

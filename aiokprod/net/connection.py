@@ -100,6 +100,9 @@ class BrokerConnection:
         self._clock = clock
         self._rng = rng or random.Random()
         self._stream: ByteStream | None = None
+        #: Requests without a response (acks=0 Produce) were written since the last
+        #: ``confirm_written``.
+        self.unanswered_writes = False
         self._pending: dict[int, _Pending] = {}
         self.closed_error: BaseException | None = None
         self.ready = False
@@ -303,7 +306,22 @@ class BrokerConnection:
         )
         if expect_response:
             self._pending[correlation_id] = _Pending(handler, deadline_ms)
+        else:
+            self.unanswered_writes = True
         stream.write(frame)
+
+    async def confirm_written(self, timeout_s: float) -> None:
+        """Wait until the broker has read every request written so far.
+
+        A broker handles a connection's requests one at a time, in order, so the answer to
+        a Metadata request for no topic follows every request written before it, acks=0
+        Produce requests included (which have no answer of their own). ``close()`` asks for
+        it: the connections' abort would otherwise drop what the broker had not read yet.
+        """
+        if not self.unanswered_writes:
+            return
+        await self.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), timeout_s)
+        self.unanswered_writes = False
 
     async def request(
         self, request: Struct, timeout_s: float, *, version: int | None = None

@@ -493,6 +493,25 @@ class ConnectionPool:
                 next_deadline = deadline
         return next_deadline
 
+    async def wait_written(self, timeout_s: float) -> None:
+        """Wait until the brokers have read every request written (``close()``, acks=0).
+
+        With acks=0 a record counts as sent once written, and ``flush()`` returns then; but
+        closing aborts the connections, which drops what asyncio still holds, and a broker
+        drops what it had not read of a connection that closed. So ``close()`` first asks
+        each connection that wrote a request without an answer for one more answer
+        (``confirm_written``: queued behind those bytes, answered after them), bounded by
+        its timeout.
+        """
+        waits = [
+            conn.confirm_written(timeout_s)
+            for conn in self._connections.values()
+            if conn.unanswered_writes and conn.ready
+        ]
+        if waits:
+            # A broken connection loses what it had; the others still confirm.
+            await asyncio.gather(*waits, return_exceptions=True)
+
     def in_flight_requests(self) -> int:
         """Unanswered requests over all connections."""
         return sum(conn.in_flight for conn in self._connections.values())
