@@ -25,7 +25,7 @@ from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.appender import RecordAppender
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery
-from aiokprod.internals.metadata import PartitionInfo, TopicInfo
+from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.protocol.record_reader import read_record_batch
 from aiokprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
@@ -184,7 +184,7 @@ def appender(batch_size: int, seed: int, record_limit: int = 1_000_000) -> Recor
     )
 
 
-INFO = TopicInfo("t", tuple(PartitionInfo(p, 1, 0) for p in range(6)), tuple(range(6)))
+INFO = TopicInfo("t", (1,) * 6, (0,) * 6, tuple(range(6)))
 
 
 async def send(
