@@ -27,7 +27,7 @@ import pyarrow as pa
 
 import aiokprod.compiled
 from aiokprod import Producer
-from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, PartitionInfo, TopicInfo
+from aiokprod.internals.metadata import BrokerNode, ClusterSnapshot, TopicInfo
 from aiokprod.lifecycle import ProducerState
 from aiokprod.spark import encoder
 from aiokprod.spark.encoder import ArrowValues
@@ -66,9 +66,8 @@ async def run(batches: list[Any], mode: str, batch_size: int, rounds: int) -> fl
     producer = Producer("127.0.0.1:1", buffer_memory=1 << 31, linger_ms=5, batch_size=batch_size)
     producer._state = ProducerState.RUNNING
     producer._path.thread_id = _thread.get_ident()
-    partitions = tuple(PartitionInfo(i, 1, 0) for i in range(6))
     producer._metadata.snapshot = ClusterSnapshot.build(
-        {1: BrokerNode(1, "h", 1)}, {"t": TopicInfo("t", partitions, tuple(range(6)))}
+        {1: BrokerNode(1, "h", 1)}, {"t": TopicInfo("t", (1,) * 6, (0,) * 6, tuple(range(6)))}
     )
     rows = sum(b.num_rows for b in batches)
     best = float("inf")
