@@ -446,7 +446,7 @@ class RecordAppender:
             sticky.on_append(
                 builder.size_in_bytes - before,
                 batch.is_full,
-                len(info.partitions),
+                info.num_partitions,
                 info.available,
                 self._clock.monotonic_ms(),
             )
@@ -472,7 +472,7 @@ class RecordAppender:
         """
         acc = self._acc
         batch_size = acc.batch_size
-        tps = self.partitions_of(topic, len(info.partitions))
+        tps = self.partitions_of(topic, info.num_partitions)
         yield_at = self.yield_threshold(len(tps))
         largest_value = self.record_limit - batch_of_one_size(-1, 0, 0)
         value_sizes = bulk._value_sizes
