@@ -144,6 +144,9 @@ class ProducerLifecycle(TransactionalMixin):
             timeout: seconds to wait for delivery; None waits as long as it takes (each
                 record is bounded by ``delivery_timeout_ms`` anyway); 0 gives up at once.
                 Records still undelivered when it passes fail with ProducerClosedError.
+                With acks=0 it also bounds the wait until the brokers have read what was
+                written (one answered request per connection; ``request_timeout_ms`` when
+                None): docs/delivery-guarantees.md, "What ``acks`` means".
 
         Raises:
             ProducerCrashedError: the background task had crashed (its records already
