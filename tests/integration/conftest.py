@@ -35,6 +35,16 @@ if _LOOP == "uvloop":
         return {"uvloop": uvloop.new_event_loop}
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long Spark chaos scenarios are deselected (not skipped) outside make test-spark-chaos."""
+    if os.environ.get("AIOKPROD_SPARK_CHAOS", "") == "long":
+        return
+    dropped = [item for item in items if item.get_closest_marker("chaos_long")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("chaos_long")]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if CHAOS_RESULTS:
         terminalreporter.section("Spark chaos (read back with librdkafka, read_committed)")

@@ -79,7 +79,7 @@ def test_python_workers_killed_mid_write_in_a_batch_job(spark, target) -> None:
     run_groups(lambda sinks: batch_run(spark, target, sinks, scenario, fault), duplicates=True)
 
 
-@pytest.mark.skipif(not LONG, reason="make test-spark-chaos only (make test: the batch job)")
+@pytest.mark.chaos_long  # make test-spark-chaos only (make test: the batch job)
 def test_python_workers_killed_mid_write_in_a_stream(spark, target) -> None:
     """The same in a micro-batch: the task is retried, the query goes on."""
     fault = kill_python_workers(spark)

@@ -23,11 +23,6 @@ from aiokprod.testing.pytest_plugin import in_ci
 if importlib.util.find_spec("pyspark") is None and not in_ci():
     pytest.skip("PySpark is not installed (pip install 'aiokprod[spark]')", allow_module_level=True)
 
-from spark_chaos_runs import LONG
-
-if not LONG:  # a standalone cluster's start alone takes 30-60 s here: make test stays short
-    pytest.skip("make test-spark-chaos only (AIOKPROD_SPARK_CHAOS=long)", allow_module_level=True)
-
 from spark_chaos import SPARK_CONF, ChaosError, Target
 from spark_chaos_procs import StandaloneCluster
 from spark_chaos_runs import (
@@ -41,7 +36,9 @@ from spark_chaos_runs import (
 )
 from spark_session import local_spark
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+# A standalone cluster's start alone takes 30-60 s here: make test-spark-chaos only (the
+# conftest deselects these elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.chaos_long, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
