@@ -119,6 +119,7 @@ EXAMPLE_FILES = {
     "schema_registry.py",
     "prometheus_metrics.py",
     "exactly_once.py",  # run by test_exactly_once_example.py
+    "spark_exactly_once.py",  # run by test_spark_exactly_once.py
 }
 #: A command under `exec` starts its own Kafka (and Spark's JVM for spark_batch): be patient.
 EXEC_TIMEOUT_S = 300
