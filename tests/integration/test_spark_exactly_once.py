@@ -289,7 +289,17 @@ def test_a_stream_restarted_from_its_checkpoint_writes_each_row_once(
     assert set(values) == set(range(top + 1)), "a committed micro-batch is missing rows"
     assert (top + 1) % 400 == 0  # whole micro-batches only
     assert top + 1 >= 2400
+    if open_transactions(kafka.bootstrap_servers, p):
+        # Stopped in the middle of a micro-batch: Spark's abort ends what is open then, but a
+        # task's Python worker can still open its transaction after it (seen once in the full
+        # suite). A restart of the query fences it; without one, recover_transactions ends it
+        # (docs/spark.md, "Failures, one by one").
+        recover_transactions(kafka.bootstrap_servers, p)
     assert open_transactions(kafka.bootstrap_servers, p) == []
+    assert (
+        collections.Counter(int(v) for v in read_committed(kafka.bootstrap_servers, topic, 3))
+        == values
+    )  # ending it made nothing more visible
 
 
 def test_the_exactly_once_example(
