@@ -297,7 +297,8 @@ class RecordAccumulator:
         linger = self.linger_ms
         next_delay = FOREVER_MS
         topics = cluster.topics
-        brokers = len(cluster.brokers)
+        known = cluster.brokers
+        brokers = len(known)
         muted = self.muted
         for tp, dq in self._queues.items():
             info = topics.get(tp.topic)
@@ -306,7 +307,11 @@ class RecordAccumulator:
                 result.unknown_leader_topics.add(tp.topic)
                 continue
             leader = info.leaders[partition]
-            if leader == NO_LEADER:
+            if leader == NO_LEADER or leader not in known:
+                # A leader missing from the brokers list: a partial answer (other topics)
+                # named the brokers without it, and this topic kept its old leader. Nothing
+                # can connect there; only a refresh of the topic tells where it went (as in
+                # the Java client, where such a leader is null).
                 result.unknown_leader_topics.add(tp.topic)
                 continue
             if leader in ready_nodes or tp in muted:

@@ -335,6 +335,19 @@ def test_unknown_leader_reports_the_topic() -> None:
     assert result.unknown_leader_topics == {"t", "missing"}
 
 
+def test_a_leader_missing_from_the_brokers_list_counts_as_unknown() -> None:
+    # A partial refresh of another topic named only broker 1; "t" kept leader 2 from before
+    # (simulator seed 9793: the batch waited out delivery_timeout_ms, no refresh was asked).
+    cluster = snapshot({"t": [1, 2, 1]}, brokers=(1,))
+    acc = accumulator(linger_ms=0)
+    append(acc, T1)
+    result = acc.ready(cluster, 0)
+    assert result.ready_nodes == set()
+    assert result.unknown_leader_topics == {"t"}
+    append(acc, T0)
+    assert acc.ready(cluster, 0).ready_nodes == {1}
+
+
 def test_ready_nodes_cover_every_leader() -> None:
     acc = accumulator(linger_ms=0)
     for tp in (T0, T1, T2, TopicPartition("u", 0)):
