@@ -104,6 +104,9 @@ class BrokerConnection:
         #: ``confirm_written``.
         self.unanswered_writes = False
         self._pending: dict[int, _Pending] = {}
+        #: Told every request deadline as the request goes out: the pool keeps the earliest,
+        #: so a pass need not look at every connection for overdue requests (issue 30).
+        self.on_deadline: Callable[[int], None] | None = None
         self.closed_error: BaseException | None = None
         self.ready = False
         #: Monotonic ms after which no new request goes out (the SASL session is about to
@@ -306,6 +309,9 @@ class BrokerConnection:
         )
         if expect_response:
             self._pending[correlation_id] = _Pending(handler, deadline_ms)
+            on_deadline = self.on_deadline
+            if on_deadline is not None:
+                on_deadline(deadline_ms)
         else:
             self.unanswered_writes = True
         stream.write(frame)

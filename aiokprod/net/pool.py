@@ -106,6 +106,9 @@ class ConnectionPool:
         self._bootstrap = {-(i + 1): addr for i, addr in enumerate(bootstrap)}
         self._nodes: dict[int, tuple[str, int]] = dict(self._bootstrap)
         self._connections: dict[int, BrokerConnection] = {}
+        #: No unanswered request is due before this (a lower bound: answered requests are
+        #: not taken out). None: no request was sent since the last look.
+        self._deadline_floor_ms: int | None = None
         self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
         self._failures: dict[int, int] = {}
         #: Nodes whose failures were reported at WARNING (their recovery is reported too).
@@ -389,6 +392,7 @@ class ConnectionPool:
             clock=self._clock,
             rng=self._rng,
         )
+        conn.on_deadline = self._note_deadline
 
         async def connect_and_read() -> None:
             await self._run_connection(conn, future)
@@ -482,8 +486,22 @@ class ConnectionPool:
 
     # --- timeouts and closing ---------------------------------------------------------------
 
+    def _note_deadline(self, deadline_ms: int) -> None:
+        floor = self._deadline_floor_ms
+        if floor is None or deadline_ms < floor:
+            self._deadline_floor_ms = deadline_ms
+
     def check_request_timeouts(self, now_ms: int) -> int | None:
-        """Close connections whose oldest request is overdue; the next deadline, if any."""
+        """Close connections whose oldest request is overdue; the next deadline, if any.
+
+        The connections are looked at only once the earliest deadline noted may have
+        passed (the sender calls this on every pass; with 100 brokers connected, a look at
+        each on every pass was most of a pass's cost). Until then that deadline is returned:
+        a lower bound, so the sender may look once too early, never too late.
+        """
+        floor = self._deadline_floor_ms
+        if floor is None or now_ms < floor:
+            return floor
         next_deadline: int | None = None
         for conn in list(self._connections.values()):
             if conn.check_timeouts(now_ms):
@@ -491,6 +509,7 @@ class ConnectionPool:
             deadline = conn.oldest_deadline_ms
             if deadline is not None and (next_deadline is None or deadline < next_deadline):
                 next_deadline = deadline
+        self._deadline_floor_ms = next_deadline
         return next_deadline
 
     async def wait_written(self, timeout_s: float) -> None:
