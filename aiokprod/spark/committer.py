@@ -21,19 +21,16 @@ from aiokprod.errors import (
     ProducerFencedError,
 )
 from aiokprod.logs import get_logger
-from aiokprod.spark.exactly_once import (
+from aiokprod.spark.eos_records import (
     Decision,
-    RecoveryPlan,
-    TaskResult,
     batch_committed,
     decision_group,
     latest_decision,
     marker_group,
     next_sequence,
     partition_of,
-    plan_commit,
-    plan_recovery,
 )
+from aiokprod.spark.exactly_once import RecoveryPlan, TaskResult, plan_commit, plan_recovery
 from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartition
 
 if TYPE_CHECKING:

@@ -24,13 +24,8 @@ from aiokprod.errors import ConfigError
 from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.columns import check_schema
 from aiokprod.spark.committer import Committer
-from aiokprod.spark.exactly_once import (
-    AT_LEAST_ONCE,
-    ExactlyOnceTask,
-    TaskAction,
-    TaskResult,
-    transactional_id,
-)
+from aiokprod.spark.eos_records import transactional_id
+from aiokprod.spark.exactly_once import AT_LEAST_ONCE, ExactlyOnceTask, TaskAction, TaskResult
 from aiokprod.spark.options import guarantee_options, seal_secrets
 from aiokprod.spark.results import PartitionResult, SparkWriteError
 from aiokprod.types import PreparedTransaction

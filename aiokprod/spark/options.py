@@ -29,13 +29,8 @@ from typing import Any
 from aiokprod import config as config_module
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import ConfigError
-from aiokprod.spark.exactly_once import (
-    AT_LEAST_ONCE,
-    EXACTLY_ONCE,
-    GUARANTEES,
-    check_prefix,
-    transactional_id,
-)
+from aiokprod.spark.eos_records import transactional_id
+from aiokprod.spark.exactly_once import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, check_prefix
 
 __all__ = [
     "EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS",

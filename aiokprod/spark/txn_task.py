@@ -26,14 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.admin import Admin
 from aiokprod.producer import Producer
-from aiokprod.spark.exactly_once import (
-    MicroBatch,
-    TaskAction,
-    decide_task,
-    marker,
-    marker_group,
-    transactional_id,
-)
+from aiokprod.spark.eos_records import marker, marker_group, transactional_id
+from aiokprod.spark.exactly_once import MicroBatch, TaskAction, decide_task
 from aiokprod.spark.results import PartitionResult
 from aiokprod.types import PreparedTransaction, TopicPartition
 

@@ -231,7 +231,7 @@ class Driver:
 async def _step_commit(
     driver: Driver, admin: Any, prefix: str, committed: int, timeout_s: float
 ) -> str | None:
-    from aiokprod.spark.exactly_once import decision_group, latest_decision
+    from aiokprod.spark.eos_records import decision_group, latest_decision
 
     async def newest() -> Any:
         offsets = await admin.list_consumer_group_offsets(decision_group(prefix))

@@ -45,7 +45,7 @@ from spark_chaos import (
 from spark_chaos_procs import descendants, executor_jvm, jvm_pid, kill, python_workers
 from txn_readback import read_committed
 
-from aiokprod.spark.exactly_once import transactional_id
+from aiokprod.spark.eos_records import transactional_id
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import in_ci
 

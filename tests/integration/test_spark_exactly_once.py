@@ -36,13 +36,8 @@ from spark_session import local_spark
 
 from aiokprod.spark import ExactlyOnceCommitError, recover_transactions, write_dataframe
 from aiokprod.spark.committer import Committer
-from aiokprod.spark.exactly_once import (
-    TaskAction,
-    TaskResult,
-    decision_group,
-    latest_decision,
-    transactional_id,
-)
+from aiokprod.spark.eos_records import decision_group, latest_decision, transactional_id
+from aiokprod.spark.exactly_once import TaskAction, TaskResult
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

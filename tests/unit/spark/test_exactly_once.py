@@ -7,24 +7,26 @@ import dataclasses
 import pytest
 
 from aiokprod.errors import ConfigError
-from aiokprod.spark.exactly_once import (
+from aiokprod.spark.eos_records import (
     MAX_METADATA_BYTES,
     Decision,
     DecisionTooLargeError,
-    TaskAction,
-    TaskResult,
     batch_committed,
-    check_prefix,
-    decide_task,
     decision_group,
     latest_decision,
     marker,
     marker_group,
     next_sequence,
     partition_of,
+    transactional_id,
+)
+from aiokprod.spark.exactly_once import (
+    TaskAction,
+    TaskResult,
+    check_prefix,
+    decide_task,
     plan_commit,
     plan_recovery,
-    transactional_id,
 )
 from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartition
 
