@@ -307,7 +307,10 @@ class ProducerStats:
         """Drop topics' metrics (they idled out of the producer's view, issue 30)."""
         for topic in topics:
             self._topics.pop(topic, None)
-        self._topics = dict(self._topics)  # a dict keeps its size when emptied: a new one
+            self._topic_stats.pop(topic, None)
+        # A dict keeps its size when emptied: new ones.
+        self._topics = dict(self._topics)
+        self._topic_stats = dict(self._topic_stats)
 
     # --- reading ----------------------------------------------------------------------------
 

@@ -70,3 +70,22 @@ def test_producer_topic_and_node_groups() -> None:
     assert isinstance(counts, list)
     assert sum(counts) == 1
     assert counts[next(i for i, bound in enumerate(LATENCY_BUCKETS_MS) if bound >= 60)] == 1
+
+
+def test_a_released_topic_holds_nothing_and_counts_afresh_when_used_again() -> None:
+    stats = ProducerStats()
+    first = new_batch(TopicPartition("a", 0), records=3, now_ms=0)
+    first.close()
+    stats.on_request(1, [first], first.size_in_bytes, 10)
+    stats.on_success(first, 20)
+    assert stats.topic_metrics(20)["a"]["byte-total"] == first.size_in_bytes
+    stats.release_topics(["a"])
+    assert "a" not in stats.topic_metrics(30)
+    assert not stats._topic_stats  # the per-batch lookups of the topic are gone too
+    again = new_batch(TopicPartition("a", 0), records=2, now_ms=40)
+    again.close()
+    stats.on_request(1, [again], again.size_in_bytes, 50)
+    stats.on_success(again, 60)
+    # Used again: reported, from zero (a released topic's recordings must not go astray).
+    assert stats.topic_metrics(60)["a"]["byte-total"] == again.size_in_bytes
+    assert stats.topic_metrics(60)["a"]["record-send-total"] == 2
