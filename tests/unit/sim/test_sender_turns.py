@@ -109,7 +109,12 @@ def test_send_and_wait_skips_the_hooks_it_does_not_need(monkeypatch: Any) -> Non
         sender = producer._rt.sender
         assert sender is not None
         offload: Any = sender._offload
-        monkeypatch.setattr(offload, "holds", lambda batch: asked.append("holds") or False)
+
+        def holds(batch: object) -> bool:
+            asked.append("holds")
+            return False
+
+        monkeypatch.setattr(offload, "holds", holds)
         for i in range(20):
             metadata = await producer.send_and_wait("t", b"%05d" % i)
             assert metadata.offset >= 0
@@ -126,8 +131,13 @@ def test_with_compression_the_offload_is_asked_per_batch(monkeypatch: Any) -> No
         sender = producer._rt.sender
         assert sender is not None
         offload: Any = sender._offload
-        holds = offload.holds
-        monkeypatch.setattr(offload, "holds", lambda batch: asked.append(1) or holds(batch))
+        real_holds = offload.holds
+
+        def holds(batch: object) -> bool:
+            asked.append(1)
+            return bool(real_holds(batch))
+
+        monkeypatch.setattr(offload, "holds", holds)
         # The simulated broker refuses compressed batches: the record ends with an error
         # (on virtual time), after the offload was asked.
         with contextlib.suppress(KafkaError):
