@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 from aiokprod.errors import KafkaError
@@ -74,15 +73,21 @@ def batch_of_one_size(key_size: int, value_size: int, headers_size: int) -> int:
     )
 
 
-@dataclass(slots=True)
 class ReadyResult:
-    """What :meth:`RecordAccumulator.ready` found."""
+    """What :meth:`RecordAccumulator.ready` found.
 
-    ready_nodes: set[int] = field(default_factory=set)
-    #: Milliseconds until some not-yet-ready partition may become ready.
-    next_ready_check_delay_ms: int = FOREVER_MS
-    #: Topics with queued batches for a partition whose leader is unknown.
-    unknown_leader_topics: set[str] = field(default_factory=set)
+    A plain class, not a dataclass: the compiled build runs a dataclass's generated
+    ``__init__`` interpreted, and one is made per sender pass.
+    """
+
+    __slots__ = ("next_ready_check_delay_ms", "ready_nodes", "unknown_leader_topics")
+
+    def __init__(self) -> None:
+        self.ready_nodes: set[int] = set()
+        #: Milliseconds until some not-yet-ready partition may become ready.
+        self.next_ready_check_delay_ms: int = FOREVER_MS
+        #: Topics with queued batches for a partition whose leader is unknown.
+        self.unknown_leader_topics: set[str] = set()
 
 
 class RecordAccumulator:

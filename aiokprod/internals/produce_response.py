@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from aiokprod.backoff import backoff_ms
 from aiokprod.clock import Clock
@@ -106,21 +107,22 @@ class ProduceResponseHandler:
             # Their topics' leaders may have moved (a disconnect also asks for every topic:
             # the pool's on_disconnect).
             self._metadata.request_update_for({tp.topic for tp in by_tp})
-            for batch in by_tp.values():
-                self._on_batch_error(batch, failure, now_ms)
+            for lost in by_tp.values():
+                self._on_batch_error(lost, failure, now_ms)
             self._wakeup()
             return
         self._stats.on_response(node, now_ms - sent_ms, body.throttle_time_ms, now_ms)
-        endpoints = {
-            e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack) for e in body.node_endpoints
-        }
         failed = False
+        endpoints: dict[int, BrokerNode] | None = None
         for topic in body.responses:
+            name = topic.name
             for part in topic.partition_responses:
-                tp = TopicPartition(topic.name, part.index)
-                if tp not in by_tp:
+                # A plain tuple finds the TopicPartition key (a NamedTuple hashes and compares
+                # as its tuple): no interpreted NamedTuple constructor per partition answered.
+                key = cast(TopicPartition, (name, part.index))
+                batch: ProducerBatch | None = by_tp.pop(key, None)
+                if batch is None:
                     continue  # a partition we did not send (a broken broker): ignored
-                batch = by_tp.pop(tp)
                 if part.error_code == 0:
                     self._on_batch_success(batch, part.base_offset, part.log_append_time_ms)
                     continue
@@ -136,6 +138,11 @@ class ProduceResponseHandler:
                 hint = part.current_leader
                 moved = False
                 if hint is not None and hint.leader_id >= 0:
+                    if endpoints is None:  # made only for a response that carries a hint
+                        endpoints = {
+                            e.node_id: BrokerNode(e.node_id, e.host, e.port, e.rack)
+                            for e in body.node_endpoints
+                        }
                     moved = self._metadata.apply_leader_hint(
                         batch.tp, hint.leader_id, hint.leader_epoch, endpoints.get(hint.leader_id)
                     )
@@ -271,7 +278,8 @@ class ProduceResponseHandler:
         if self._idem is not None:
             self._idem.on_success(batch)
         self._stats.on_success(batch, self._clock.monotonic_ms())
-        on_acknowledgement(self._interceptors, batch)
+        if self._interceptors:  # (an interpreted call per batch otherwise)
+            on_acknowledgement(self._interceptors, batch)
 
     def _fail(
         self,
@@ -327,5 +335,6 @@ class ProduceResponseHandler:
         self._acc.deallocate(batch)
         self._stats.on_failure(batch, self._clock.monotonic_ms())
         log.debug("batch failed", tp=batch.tp, records=batch.record_count, error=str(exc))
-        on_acknowledgement(self._interceptors, batch)
+        if self._interceptors:
+            on_acknowledgement(self._interceptors, batch)
         return True

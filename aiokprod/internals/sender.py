@@ -115,8 +115,14 @@ class Sender:
         )
         self._stopped = asyncio.Event()
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
+        offload_threshold = offload_threshold_bytes(
+            config.compression_type, config.compression_level
+        )
+        #: Whether a batch can be compressed off the loop at all (None: no compression, or
+        #: none slow enough): without it the interpreted ``holds`` is not asked per batch.
+        self._may_offload = offload_threshold is not None
         self._offload = CompressionOffload(
-            offload_threshold_bytes(config.compression_type, config.compression_level),
+            offload_threshold,
             spawn,
             stats,
             on_done=self.wakeup,
@@ -325,7 +331,7 @@ class Sender:
         Not while it is compressed off the loop (a large batch starts that here), nor while
         idempotence holds it back (no producer id yet, an earlier sequence still out).
         """
-        if self._offload.holds(batch):
+        if self._may_offload and self._offload.holds(batch):
             return False
         txn = self._txn
         if txn is not None and not txn.is_added(batch.tp):

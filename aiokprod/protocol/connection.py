@@ -23,6 +23,7 @@ from typing import Final
 from aiokprod.errors import ProtocolError, UnsupportedVersionError, error_for_code
 from aiokprod.protocol.api import (
     API_VERSIONS,
+    BY_REQUEST,
     ApiSpec,
     api_for_request,
     negotiate_version,
@@ -288,7 +289,10 @@ class ClientConnection:
         """
         if self.broken:
             raise ProtocolError("connection is broken by an earlier protocol error")
-        api = api_for_request(request)
+        # api_for_request's lookup inline (api.py is interpreted; this runs per request).
+        api = BY_REQUEST.get(type(request))
+        if api is None:
+            api = api_for_request(request)  # raises the TypeError
         if version is None:
             version = self.version_for(api)
         correlation_id = self._next_correlation_id

@@ -247,6 +247,11 @@ class Reader:
         view = self._view
         pos = self._pos
         end = self._end
+        if pos < end:
+            first: int = view[pos]
+            if first < 0x80:  # one byte: most lengths, counts and empty tagged-field sections
+                self._pos = pos + 1
+                return first
         result = 0
         shift = 0
         for i in range(max_bytes):

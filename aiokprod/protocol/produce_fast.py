@@ -161,11 +161,13 @@ def decode_produce_body(reader: Reader, version: int) -> ProduceResponse | None:
             # index, error_code, base_offset, log_append_time_ms (v2+), log_start_offset
             # (v5+): read at once.
             fixed = reader.read_struct(_PARTITION_V5 if version >= 5 else _PARTITION_V3)
-            index = int(fixed[0])
-            error_code = int(fixed[1])
-            base_offset = int(fixed[2])
-            log_append_time_ms = int(fixed[3])
-            log_start_offset = int(fixed[4]) if version >= 5 else -1
+            # Typed names, not int(...): struct gives ints already, and in the compiled build
+            # an int() of an object is a call of the int type where this is a type check.
+            index: int = fixed[0]
+            error_code: int = fixed[1]
+            base_offset: int = fixed[2]
+            log_append_time_ms: int = fixed[3]
+            log_start_offset: int = fixed[4] if version >= 5 else -1
             if version >= 8:
                 if reader.read_array_length(compact=compact, min_item_size=5):
                     return None  # record errors

@@ -13,11 +13,12 @@ Two things that cost CPU per request or per pass, not per record (issue 16):
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokprod import DeliveryFuture, Producer
+from aiokprod import DeliveryFuture, KafkaError, Producer
 from aiokprod.testing.sim.world import SimWorld, Topology
 
 PARTITIONS = 6
@@ -87,3 +88,60 @@ def test_send_and_wait_costs_one_sender_pass() -> None:
     # (a response wakes it when something is queued; the in-flight expiry scan). Two per
     # record before the timer was re-planned after send_and_wait's pass.
     assert 200 <= passes <= 230, passes
+
+
+def test_send_and_wait_skips_the_hooks_it_does_not_need(monkeypatch: Any) -> None:
+    """Without compression or interceptors, no per-request call asks either (issue 28).
+
+    Each was an interpreted call per request and per response in the compiled build: the
+    offload's ``holds`` per drained batch, ``on_acknowledgement`` per completed batch.
+    (The module function is replaced for the pure build; the compiled module calls its own
+    binding, so there this half checks nothing, the ``holds`` half checks both builds.)
+    """
+    import aiokprod.internals.produce_response as produce_response
+
+    asked: list[str] = []
+    monkeypatch.setattr(
+        produce_response, "on_acknowledgement", lambda *args: asked.append("on_acknowledgement")
+    )
+
+    async def body(producer: Producer) -> None:
+        sender = producer._rt.sender
+        assert sender is not None
+        offload: Any = sender._offload
+
+        def holds(batch: object) -> bool:
+            asked.append("holds")
+            return False
+
+        monkeypatch.setattr(offload, "holds", holds)
+        for i in range(20):
+            metadata = await producer.send_and_wait("t", b"%05d" % i)
+            assert metadata.offset >= 0
+
+    run(body, linger_ms=0)
+    assert asked == []
+
+
+def test_with_compression_the_offload_is_asked_per_batch(monkeypatch: Any) -> None:
+    """The other side of the test above: with a codec the offload decides for each batch."""
+    asked: list[int] = []
+
+    async def body(producer: Producer) -> None:
+        sender = producer._rt.sender
+        assert sender is not None
+        offload: Any = sender._offload
+        real_holds = offload.holds
+
+        def holds(batch: object) -> bool:
+            asked.append(1)
+            return bool(real_holds(batch))
+
+        monkeypatch.setattr(offload, "holds", holds)
+        # The simulated broker refuses compressed batches: the record ends with an error
+        # (on virtual time), after the offload was asked.
+        with contextlib.suppress(KafkaError):
+            await producer.send_and_wait("t", b"x")
+
+    run(body, linger_ms=0, compression_type="snappy")
+    assert asked
