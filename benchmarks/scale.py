@@ -110,7 +110,7 @@ class Row:
     #: the same phase run again without periodic refreshes (at 10,000 topics the refreshes
     #: are half of the first figure; their cost is the CPU per refresh column).
     records_refreshes: int = 0
-    cpu_per_record_net_us: float = 0.0
+    cpu_per_record_no_refresh_us: float = 0.0
     records_stall_cpu_ms: float = 0.0
     leader_change_topics_asked: list[int] = field(default_factory=list)
     #: Per phase: the longest step (CPU, wall), what it was, the producer's CPU in all.
@@ -252,7 +252,9 @@ def measure(layout: Layout) -> Row:
             await _fresh_step(timer)
             await _send_records(producer, layout)
         keep_worst("records, no refresh")
-        row.cpu_per_record_net_us = (timer.producer.cpu_s + timer.caller.cpu_s) * 1e6 / RECORDS
+        row.cpu_per_record_no_refresh_us = (
+            (timer.producer.cpu_s + timer.caller.cpu_s) * 1e6 / RECORDS
+        )
         producer._metadata.max_age_ms = 1000
         if layout.brokers > 1:
             asked = len(cluster.metadata_requests)
@@ -417,7 +419,7 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {r.layout} | {r.brokers} | {r.topics:,} | {r.known_partitions:,} | "
             f"{r.stall_cpu_ms:,.1f} / {r.stall_wall_ms:,.1f} | {r.cpu_per_refresh_ms:,.2f} | "
-            f"{r.cpu_per_record_us:,.1f} ({r.cpu_per_record_net_us:,.1f}) | "
+            f"{r.cpu_per_record_us:,.1f} ({r.cpu_per_record_no_refresh_us:,.1f}) | "
             f"{r.warmup_metadata_requests:,} | "
             f"{r.rss_growth_mb:,.1f} | {r.traced_mb:,.1f} |"
         )

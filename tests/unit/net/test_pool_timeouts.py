@@ -1,7 +1,8 @@
 """Overdue requests: the pool looks at its connections only once a noted deadline is due.
 
 The sender asks ``check_request_timeouts`` on every pass; with 100 brokers connected a look at
-every connection on every pass was most of a pass's cost (issue 30, ``benchmarks/scale.py``).
+every connection on every pass was about a tenth of the CPU per record (issue 30,
+``benchmarks/scale.py``).
 The pool keeps the earliest deadline of the requests sent since its last look (a lower bound)
 and answers with it until it is reached. Run on the simulated cluster, on virtual time.
 """
