@@ -39,6 +39,7 @@ COMPILED_MODULES = [
     "aiokprod/net/connection.py",
     "aiokprod/net/pool.py",
     "aiokprod/net/transport.py",
+    "aiokprod/net/socket_stream.py",
     "aiokprod/protocol/connection.py",
 ]
 

@@ -16,8 +16,9 @@ import ssl
 from collections.abc import Callable
 from typing import Protocol, cast
 
-#: The largest read asked for at once (and the most a stream buffers before it stops reading).
-READ_CHUNK_BYTES = 256 * 1024
+from aiokprod.net.socket_stream import READ_CHUNK_BYTES, connect_socket
+
+__all__ = ["READ_CHUNK_BYTES", "ByteStream", "StreamTransport", "Transport"]
 
 
 class ByteStream(Protocol):
@@ -234,7 +235,17 @@ class _AsyncioStream(asyncio.BufferedProtocol):
 
 
 class StreamTransport:
-    """The production transport: TCP, optionally TLS, through a buffered asyncio protocol."""
+    """The production transport: TCP, optionally TLS.
+
+    Plaintext on a selector event loop (asyncio's default on Unix) gets a
+    :class:`~aiokprod.net.socket_stream.SocketStream`, the socket read and written by our own
+    compiled code; TLS, and loops without ``add_reader`` or with their own native transports
+    (Windows' proactor, uvloop), get asyncio's transport through :class:`_AsyncioStream`.
+    ``socket_streams=False`` asks for asyncio's transport everywhere (tests run both).
+    """
+
+    def __init__(self, *, socket_streams: bool = True) -> None:
+        self._socket_streams = socket_streams
 
     async def connect(
         self,
@@ -246,6 +257,12 @@ class StreamTransport:
     ) -> ByteStream:
         """Open a TCP (or TLS) connection to ``host:port``."""
         loop = asyncio.get_running_loop()
+        if (
+            ssl_context is None
+            and self._socket_streams
+            and isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+        ):
+            return await connect_socket(loop, host, port)
         _, stream = await loop.create_connection(
             lambda: _AsyncioStream(loop),
             host,

@@ -1,4 +1,7 @@
-"""The production ByteStream (``StreamTransport``) against a real loopback socket.
+"""The production ByteStreams (``StreamTransport``) against a real loopback socket.
+
+Every test runs on both streams: our own socket stream (plaintext on a selector loop, the
+default) and asyncio's transport (TLS, uvloop, Windows), which must behave alike.
 
 Pull reads (the handshake), then push (``start_receiving``): bytes that arrived before the
 switch come first, in order, then every arrival as it comes; the end is reported once, as
@@ -15,9 +18,21 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from aiokprod.net.transport import READ_CHUNK_BYTES, ByteStream, StreamTransport
+from aiokprod.net.socket_stream import WRITE_HIGH_BYTES, SocketStream
+from aiokprod.net.transport import READ_CHUNK_BYTES, ByteStream, StreamTransport, _AsyncioStream
 
 Server = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+STREAMS = {"socket": SocketStream, "asyncio": _AsyncioStream}
+#: Which stream the tests in this module run on (set by the autouse fixture below).
+_current = ["socket"]
+
+
+@pytest.fixture(autouse=True, params=sorted(STREAMS))
+def stream_kind(request: pytest.FixtureRequest) -> str:
+    _current[0] = request.param
+    return str(request.param)
 
 
 async def with_server(serve: Server, body: Callable[[ByteStream], Awaitable[None]]) -> None:
@@ -34,7 +49,9 @@ async def with_server(serve: Server, body: Callable[[ByteStream], Awaitable[None
 
     server = await asyncio.start_server(serve_and_close, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    stream = await StreamTransport().connect("127.0.0.1", port)
+    kind = _current[0]
+    stream = await StreamTransport(socket_streams=kind == "socket").connect("127.0.0.1", port)
+    assert type(stream) is STREAMS[kind]
     try:
         await asyncio.wait_for(body(stream), 10)
     finally:
@@ -153,3 +170,64 @@ def test_unread_bytes_before_the_switch_pause_the_socket_rather_than_pile_up() -
         assert bytes(got) == flood
 
     asyncio.run(with_server(serve, body))
+
+
+def test_a_write_larger_than_the_socket_takes_is_sent_whole_and_drain_waits_for_it() -> None:
+    big = bytes(range(256)) * (WRITE_HIGH_BYTES * 64 // 256)  # 4 MiB: more than a socket buffer
+    got = bytearray()
+    reading = asyncio.Event()
+    all_read = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.wait_for(reading.wait(), 10)  # bounded: the client may fail first
+        while len(got) < 2 * len(big):
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            got.extend(chunk)
+        all_read.set()
+
+    async def body(stream: ByteStream) -> None:
+        stream.write(big)
+        stream.write(big[:1000])  # queued behind what the socket has not taken
+        stream.write(big[1000:])
+        assert stream.write_buffer_size() > WRITE_HIGH_BYTES  # the server reads nothing yet
+        draining = asyncio.ensure_future(stream.drain())
+        await asyncio.sleep(0.05)
+        assert not draining.done()
+        reading.set()
+        await draining
+        await all_read.wait()
+        assert bytes(got) == big + big
+        assert stream.write_buffer_size() == 0
+
+    asyncio.run(with_server(serve, body))
+
+
+def test_a_write_after_the_end_is_dropped_and_the_end_is_reported_once() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def body(stream: ByteStream) -> None:
+        collector = Collector()
+        stream.start_receiving(collector.on_data, collector.on_end)
+        await collector.ended.wait()
+        stream.write(b"after the end")  # no exception at the caller
+        await asyncio.sleep(0.05)
+        assert collector.ends == [None]
+        assert stream.is_closing()
+        assert collector.data == b""
+
+    asyncio.run(with_server(serve, body))
+
+
+def test_connecting_where_nobody_listens_is_an_os_error() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def connect() -> None:
+        await StreamTransport(socket_streams=_current[0] == "socket").connect("127.0.0.1", port)
+
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(connect())
