@@ -73,8 +73,12 @@ class Workload:
         return ", ".join(parts)
 
 
-_LATENCY_LINGER0: dict[Speed, int] = {"fast": 2_000, "medium": 2_000, "slow": 2_000}
-_LATENCY_LINGER5: dict[Speed, int] = {"fast": 1_000, "medium": 1_000, "slow": 1_000}
+# Timed sends per latency run, the same for every client: with 2,000 and 1,000 (and 200 and 50
+# warm-up sends) one run's p50 swung from 90 to 186 µs and its p99 from 221 to 1,779 µs for
+# the same build (benchmarks/results/s34-sock.md); a p99 of 1,000 samples is their 10th
+# slowest. A client that sits out linger_ms spends 5 ms per send: 25 s per run at 5,000.
+_LATENCY_LINGER0: dict[Speed, int] = {"fast": 10_000, "medium": 10_000, "slow": 10_000}
+_LATENCY_LINGER5: dict[Speed, int] = {"fast": 5_000, "medium": 5_000, "slow": 5_000}
 _KIB: dict[Speed, int] = {"fast": 300_000, "medium": 150_000, "slow": 40_000}
 _MANY_PARTITIONS: dict[Speed, int] = {"fast": 1_000_000, "medium": 400_000, "slow": 20_000}
 
@@ -91,7 +95,7 @@ WORKLOADS: tuple[Workload, ...] = (
         kind="latency",
         linger_ms=0,
         records=_LATENCY_LINGER0,
-        warmup=200,
+        warmup=1_000,
     ),
     Workload(
         "latency-linger5",
@@ -99,7 +103,7 @@ WORKLOADS: tuple[Workload, ...] = (
         kind="latency",
         linger_ms=5,
         records=_LATENCY_LINGER5,
-        warmup=50,
+        warmup=500,
         note="a client that sits out linger_ms takes >= 5 ms per send",
     ),
     Workload("partitions-1", "Unkeyed 100 B, 1 partition", partitions=1),
