@@ -2,8 +2,8 @@
 
 Everything above this module (connections, the pool, the sender) sees a broker connection as a
 :class:`ByteStream`: read some bytes (or have every arrival handed over), write bytes, flow
-control, abort. Production uses :class:`StreamTransport` (a buffered asyncio protocol over
-TCP or TLS); the deterministic simulator
+control, abort. Production uses :class:`StreamTransport` (plaintext: our own socket stream,
+:mod:`aiokprod.net.socket_stream`; TLS: a buffered asyncio protocol); the deterministic simulator
 (:mod:`aiokprod.testing.sim`) passes its own transport whose streams lead to simulated brokers
 in the same process, on virtual time. Like httpcore's network backends, the interface is
 small on purpose: whatever a test can do to these calls is all a broker can do to us.
