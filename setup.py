@@ -43,6 +43,7 @@ COMPILED_MODULES = [
     "aiokprod/net/pool.py",
     "aiokprod/net/transport.py",
     "aiokprod/net/socket_stream.py",
+    "aiokprod/net/inbox.py",
     "aiokprod/protocol/connection.py",
 ]
 

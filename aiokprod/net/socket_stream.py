@@ -6,9 +6,10 @@ transport's ``get_buffer``/``recv_into``/``buffer_updated`` dance and our protoc
 request through the transport's checks before its ``send``. Here one compiled class owns the
 socket: the loop's selector calls :meth:`SocketStream._on_readable` when bytes arrive, which
 receives them and hands them on; :meth:`SocketStream.write` sends at once and buffers only
-what the socket does not take. The behaviour is the one :class:`~aiokprod.net.transport.
-_AsyncioStream` has (the same tests run against both): pull reads for the handshake, then
-push; the end reported once; a close during a read or a write raising nothing at the caller.
+what the socket does not take. The receiving side is the :class:`~aiokprod.net.inbox.Inbox`
+that asyncio's stream uses too (the same tests run against both): pull reads for the
+handshake, then push; the end reported once; a close during a read or a write raising
+nothing at the caller.
 
 Only for plaintext on a selector event loop (the default on Unix): TLS keeps asyncio's
 transport (its TLS layer is what we would otherwise rewrite), and so do loops without
@@ -21,8 +22,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 
-#: The largest read asked for at once (and the most buffered before the pull side stops reading).
-READ_CHUNK_BYTES = 256 * 1024
+from aiokprod.net.inbox import READ_CHUNK_BYTES, Inbox
+
 #: ``drain()`` waits while more than this is written and not yet taken by the socket
 #: (asyncio's default high-water mark), and resumes below :data:`WRITE_LOW_BYTES`.
 WRITE_HIGH_BYTES = 64 * 1024
@@ -67,13 +68,7 @@ class SocketStream:
         self._fd = sock.fileno()
         self._receive_buffer = bytearray(READ_CHUNK_BYTES)
         self._receive_view = memoryview(self._receive_buffer)
-        self._buffer = bytearray()  # received and not yet read (before start_receiving)
-        self._read_waiter: asyncio.Future[None] | None = None
-        self._reading = True
-        self._ended = False
-        self._error: OSError | None = None
-        self._on_data: Callable[[bytes], None] | None = None
-        self._on_end: Callable[[OSError | None], None] | None = None
+        self._inbox = Inbox(loop, self._stop_reading, self._start_reading)
         self._unsent = bytearray()  # written and not taken by the socket yet
         self._drain_waiters: list[asyncio.Future[None]] = []
         loop.add_reader(self._fd, self._on_readable)
@@ -92,15 +87,12 @@ class SocketStream:
             self._close(None)  # the broker closed the connection
             return
         data = bytes(self._receive_view[:nbytes])
-        on_data = self._on_data
+        inbox = self._inbox
+        on_data = inbox.on_data
         if on_data is not None:
-            on_data(data)  # the usual case, once receiving
+            on_data(data)  # the usual case, once receiving: Inbox.received inlined
             return
-        self._buffer += data
-        if len(self._buffer) > READ_CHUNK_BYTES and self._reading:
-            self._reading = False  # resumed by read()
-            self._loop.remove_reader(self._fd)
-        self._wake_reader()
+        inbox.received(data)
 
     def _on_writable(self) -> None:
         unsent = self._unsent
@@ -117,43 +109,23 @@ class SocketStream:
         if self._drain_waiters and len(unsent) <= WRITE_LOW_BYTES:
             self._wake_drainers(None)
 
+    def _stop_reading(self) -> None:
+        self._loop.remove_reader(self._fd)
+
+    def _start_reading(self) -> None:
+        self._loop.add_reader(self._fd, self._on_readable)
+
     # --- ByteStream -------------------------------------------------------------------------
 
     async def read(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` received bytes; ``b""`` once the peer closed."""
-        while not self._buffer:
-            if self._error is not None:
-                raise self._error
-            if self._ended:
-                return b""
-            self._read_waiter = self._loop.create_future()
-            try:
-                await self._read_waiter
-            finally:
-                self._read_waiter = None
-        data = bytes(self._buffer[:max_bytes])
-        del self._buffer[:max_bytes]
-        if not self._reading and not self._ended and len(self._buffer) <= READ_CHUNK_BYTES:
-            self._reading = True
-            self._loop.add_reader(self._fd, self._on_readable)
-        return data
+        return await self._inbox.read(max_bytes)
 
     def start_receiving(
         self, on_data: Callable[[bytes], None], on_end: Callable[[OSError | None], None]
     ) -> None:
         """From now on, hand each arrival to ``on_data``; ``on_end`` once at the end."""
-        self._on_data = on_data
-        if self._buffer:
-            data = bytes(self._buffer)
-            self._buffer.clear()
-            if not self._reading and not self._ended:
-                self._reading = True
-                self._loop.add_reader(self._fd, self._on_readable)
-            on_data(data)
-        if self._ended:
-            on_end(self._error)
-        else:
-            self._on_end = on_end
+        self._inbox.start_receiving(on_data, on_end)
 
     def write(self, data: bytes | bytearray) -> None:
         """Send now what the socket takes; keep the rest until it is writable.
@@ -161,7 +133,7 @@ class SocketStream:
         After the end, nothing is sent (as asyncio's transport, silently): the end is
         reported through ``on_end`` or ``read()``, not here.
         """
-        if self._ended or not data:
+        if self._inbox.ended or not data:
             return
         unsent = self._unsent
         if unsent:
@@ -181,9 +153,10 @@ class SocketStream:
 
     async def drain(self) -> None:
         """Wait until the unsent bytes are below the high-water mark."""
-        if self._ended:
+        inbox = self._inbox
+        if inbox.ended:
             await asyncio.sleep(0)
-            raise self._error or ConnectionResetError("Connection lost")
+            raise inbox.error or ConnectionResetError("Connection lost")
         if len(self._unsent) > WRITE_HIGH_BYTES:
             waiter = self._loop.create_future()
             self._drain_waiters.append(waiter)
@@ -195,7 +168,7 @@ class SocketStream:
 
     def is_closing(self) -> bool:
         """Whether the stream was aborted or closed by the peer."""
-        return self._ended
+        return self._inbox.ended
 
     def abort(self) -> None:
         """Close at once, dropping unsent data (safe to call more than once)."""
@@ -204,28 +177,18 @@ class SocketStream:
     # --- internals --------------------------------------------------------------------------
 
     def _close(self, error: OSError | None) -> None:
-        if self._ended:
+        inbox = self._inbox
+        if inbox.ended:
             return
-        self._ended = True
-        self._error = error
         loop = self._loop
-        if self._reading:
+        if not inbox.paused:
             loop.remove_reader(self._fd)
         if self._unsent:
             loop.remove_writer(self._fd)
             self._unsent.clear()
         self._sock.close()
-        self._wake_reader()
         self._wake_drainers(error or ConnectionResetError("Connection lost"))
-        on_end, self._on_end = self._on_end, None
-        self._on_data = None
-        if on_end is not None:
-            on_end(error)
-
-    def _wake_reader(self) -> None:
-        waiter = self._read_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        inbox.end(error)
 
     def _wake_drainers(self, error: BaseException | None) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []

@@ -16,7 +16,8 @@ import ssl
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from aiokprod.net.socket_stream import READ_CHUNK_BYTES, connect_socket
+from aiokprod.net.inbox import READ_CHUNK_BYTES, Inbox
+from aiokprod.net.socket_stream import connect_socket
 
 __all__ = ["READ_CHUNK_BYTES", "ByteStream", "StreamTransport", "Transport"]
 
@@ -87,24 +88,20 @@ class Transport(Protocol):
 
 
 class _AsyncioStream(asyncio.BufferedProtocol):
-    """A ByteStream as an asyncio protocol: pull reads for the handshake, then push.
+    """A ByteStream as an asyncio protocol, for TLS and for loops with their own transports.
 
     Buffered: the socket is read into one buffer the stream keeps, and only the bytes
     received are copied out. (asyncio's plain protocols receive into a fresh 256 KiB ``bytes``
     per read and shrink it; depending on glibc's mmap threshold that was an mmap, mremap and
-    munmap per response — see docs/compiled.md.)
+    munmap per response — see docs/compiled.md.) What arrives goes to an
+    :class:`~aiokprod.net.inbox.Inbox`, as in :class:`~aiokprod.net.socket_stream.SocketStream`.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._receive_buffer = memoryview(bytearray(READ_CHUNK_BYTES))
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()  # received and not yet read (before start_receiving)
-        self._read_waiter: asyncio.Future[None] | None = None
-        self._ended = False
-        self._error: OSError | None = None
-        self._on_data: Callable[[bytes], None] | None = None
-        self._on_end: Callable[[OSError | None], None] | None = None
+        self._inbox = Inbox(loop, self._pause_reading, self._resume_reading)
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
 
@@ -118,29 +115,20 @@ class _AsyncioStream(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         data = bytes(self._receive_buffer[:nbytes])
-        on_data = self._on_data
+        inbox = self._inbox
+        on_data = inbox.on_data
         if on_data is not None:
-            on_data(data)  # the usual case, once receiving: _received() inlined
+            on_data(data)  # the usual case, once receiving: Inbox.received inlined
             return
-        self._received(data)
-
-    def _received(self, data: bytes) -> None:
-        on_data = self._on_data
-        if on_data is not None:
-            on_data(data)
-            return
-        self._buffer += data
-        if len(self._buffer) > READ_CHUNK_BYTES and self._transport is not None:
-            self._transport.pause_reading()  # resumed by read()
-        self._wake_reader()
+        inbox.received(data)
 
     def eof_received(self) -> bool:
-        self._end(None)
+        self._inbox.end(None)
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         error = exc if isinstance(exc, OSError) or exc is None else OSError(str(exc))
-        self._end(error)
+        self._inbox.end(error)
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_exception(error or ConnectionResetError("Connection lost"))
@@ -159,45 +147,22 @@ class _AsyncioStream(asyncio.BufferedProtocol):
     # --- ByteStream -------------------------------------------------------------------------
 
     async def read(self, max_bytes: int) -> bytes:
-        while not self._buffer:
-            if self._error is not None:
-                raise self._error
-            if self._ended:
-                return b""
-            self._read_waiter = self._loop.create_future()
-            try:
-                await self._read_waiter
-            finally:
-                self._read_waiter = None
-        data = bytes(self._buffer[:max_bytes])
-        del self._buffer[:max_bytes]
-        if self._transport is not None and len(self._buffer) <= READ_CHUNK_BYTES:
-            self._transport.resume_reading()
-        return data
+        return await self._inbox.read(max_bytes)
 
     def start_receiving(
         self, on_data: Callable[[bytes], None], on_end: Callable[[OSError | None], None]
     ) -> None:
-        self._on_data = on_data
-        if self._buffer:
-            data = bytes(self._buffer)
-            self._buffer.clear()
-            if self._transport is not None:
-                self._transport.resume_reading()
-            on_data(data)
-        if self._ended:
-            on_end(self._error)
-        else:
-            self._on_end = on_end
+        self._inbox.start_receiving(on_data, on_end)
 
     def write(self, data: bytes | bytearray) -> None:
         if self._transport is not None:
             self._transport.write(data)
 
     async def drain(self) -> None:
-        if self._ended or self._transport is None or self._transport.is_closing():
+        inbox = self._inbox
+        if inbox.ended or self._transport is None or self._transport.is_closing():
             await asyncio.sleep(0)
-            raise self._error or ConnectionResetError("Connection lost")
+            raise inbox.error or ConnectionResetError("Connection lost")
         if self._write_paused:
             waiter = self._loop.create_future()
             self._drain_waiters.append(waiter)
@@ -207,31 +172,23 @@ class _AsyncioStream(asyncio.BufferedProtocol):
         return 0 if self._transport is None else self._transport.get_write_buffer_size()
 
     def is_closing(self) -> bool:
-        return self._ended or self._transport is None or self._transport.is_closing()
+        return self._inbox.ended or self._transport is None or self._transport.is_closing()
 
     def abort(self) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.abort()
-        self._end(None)
+        self._inbox.end(None)
 
     # --- internals --------------------------------------------------------------------------
 
-    def _end(self, error: OSError | None) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self._error = error
-        self._wake_reader()
-        on_end, self._on_end = self._on_end, None
-        self._on_data = None
-        if on_end is not None:
-            on_end(error)
+    def _pause_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
 
-    def _wake_reader(self) -> None:
-        waiter = self._read_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _resume_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
 
 
 class StreamTransport:
