@@ -37,13 +37,12 @@ class Inbox:
         self.paused = False
         self.ended = False
         self.error: OSError | None = None
-        #: Set by start_receiving; a stream may call it directly for each arrival.
-        self.on_data: Callable[[bytes], None] | None = None
+        self._on_data: Callable[[bytes], None] | None = None  # set by start_receiving
         self._on_end: Callable[[OSError | None], None] | None = None
 
     def received(self, data: bytes) -> None:
         """Bytes arrived: to ``on_data`` once receiving, else kept for ``read()``."""
-        on_data = self.on_data
+        on_data = self._on_data
         if on_data is not None:
             on_data(data)
             return
@@ -52,10 +51,6 @@ class Inbox:
             self.paused = True
             self._pause()  # resumed by read()
         self._wake_reader()
-
-    def buffered_bytes(self) -> int:
-        """Bytes received and not read yet (before ``start_receiving``)."""
-        return len(self._buffer)
 
     async def read(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` received bytes; ``b""`` once ended without an error.
@@ -82,7 +77,7 @@ class Inbox:
         self, on_data: Callable[[bytes], None], on_end: Callable[[OSError | None], None]
     ) -> None:
         """From now on, hand each arrival to ``on_data``: bytes not read yet go first."""
-        self.on_data = on_data
+        self._on_data = on_data
         if self._buffer:
             data = bytes(self._buffer)
             self._buffer.clear()
@@ -101,7 +96,7 @@ class Inbox:
         self.error = error
         self._wake_reader()
         on_end, self._on_end = self._on_end, None
-        self.on_data = None
+        self._on_data = None
         if on_end is not None:
             on_end(error)
         return True

@@ -86,13 +86,7 @@ class SocketStream:
         if nbytes == 0:
             self._close(None)  # the broker closed the connection
             return
-        data = bytes(self._receive_view[:nbytes])
-        inbox = self._inbox
-        on_data = inbox.on_data
-        if on_data is not None:
-            on_data(data)  # the usual case, once receiving: Inbox.received inlined
-            return
-        inbox.received(data)
+        self._inbox.received(bytes(self._receive_view[:nbytes]))
 
     def _on_writable(self) -> None:
         unsent = self._unsent

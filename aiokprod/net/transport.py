@@ -114,13 +114,7 @@ class _AsyncioStream(asyncio.BufferedProtocol):
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = bytes(self._receive_buffer[:nbytes])
-        inbox = self._inbox
-        on_data = inbox.on_data
-        if on_data is not None:
-            on_data(data)  # the usual case, once receiving: Inbox.received inlined
-            return
-        inbox.received(data)
+        self._inbox.received(bytes(self._receive_buffer[:nbytes]))
 
     def eof_received(self) -> bool:
         self._inbox.end(None)
