@@ -28,6 +28,8 @@ COMPILED_MODULES = [
     "aiokprod/internals/accumulator.py",
     "aiokprod/internals/appender.py",
     "aiokprod/internals/batch.py",
+    "aiokprod/internals/idempotence.py",
+    "aiokprod/internals/producer_id.py",
     "aiokprod/internals/budget.py",
     "aiokprod/internals/partitioner.py",
     "aiokprod/internals/serialization.py",
