@@ -27,6 +27,7 @@ COMPILED_MODULES = [
     "aiokprod/protocol/produce_fast.py",
     "aiokprod/internals/accumulator.py",
     "aiokprod/internals/appender.py",
+    "aiokprod/internals/bulk_append.py",
     "aiokprod/internals/batch.py",
     "aiokprod/internals/idempotence.py",
     "aiokprod/internals/producer_id.py",
