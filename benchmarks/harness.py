@@ -39,6 +39,7 @@ from typing import Any
 
 from aiokprod.testing import LocalKafka, LocalKafkaError
 from benchmarks import java_perf, payload
+from benchmarks.busy import one_core_busy
 from benchmarks.settings import (
     CLIENTS,
     COMMON,
@@ -745,6 +746,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="update docs/benchmarks.md and docs/benchmarks.png (default: only for a full run)",
     )
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="keep one core busy meanwhile (a nice 19 loop; benchmarks/busy.py): how a "
+        "machine with other work on it looks; the results say so",
+    )
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     return parser.parse_args(argv)
 
@@ -841,6 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "full": full,
         "repetitions": repetitions,
+        "busy": args.busy,
         "common_settings": COMMON,
         "workloads": [asdict(w) for w in workloads],
         "clients": [asdict(c) for c in clients],
@@ -852,6 +860,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="aiokprod-bench-") as scratch,
         LocalKafka(heap_min="1g", heap_max="1g", broker_config=BROKER_CONFIG) as kafka,
+        one_core_busy(args.busy),
     ):
         admin = ConfluentTopicAdmin()
         kafka.topic_admin = admin

@@ -27,13 +27,10 @@ import re
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 WARM_UP_CALLS = 300
-#: The busy loop ends by itself after this long, whatever happens to this process.
-BUSY_LIMIT_S = 3600
 _RESULT = re.compile(r"p50 ([\d.]+) p99 ([\d.]+) cpu ([\d.]+)")
 
 
@@ -127,15 +124,12 @@ def main() -> None:
         return
     if not args.a or not args.b:
         parser.error("--a and --b are needed")
-    busy = None
-    if args.busy:
-        loop = (
-            f"import time\nend = time.monotonic() + {BUSY_LIMIT_S}\n"
-            "while time.monotonic() < end: pass"
-        )
-        busy = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", loop])
+    # Here, not at the top: the workers run this file by its path, where the package
+    # benchmarks is not importable (and need nothing of it).
+    from benchmarks.busy import one_core_busy
+
     pairs: list[tuple[tuple[float, float, float], tuple[float, float, float]]] = []
-    try:
+    with one_core_busy(args.busy):
         for _ in range(args.n):
             a = _run(args.a, args.bootstrap, args.calls, args.linger_ms)
             b = _run(args.b, args.bootstrap, args.calls, args.linger_ms)
@@ -146,10 +140,6 @@ def main() -> None:
                 f"A/B p50 {a[0] / b[0]:.2f} p99 {a[1] / b[1]:.2f}",
                 flush=True,
             )
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
     for i, name in enumerate(("p50 µs", "p99 µs", "CPU µs per call")):
         ratios = sorted(a[i] / b[i] for a, b in pairs)
         print(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.busy import DESCRIPTION as BUSY
 from benchmarks.settings import BASELINE, COMMON
 
 DASH = "\N{EN DASH}"
@@ -156,7 +157,8 @@ def environment_text(document: dict[str, Any]) -> list[str]:
         f"{env.get('memory_gib', '?')} GiB, {env.get('platform', '?')}; broker and clients "
         f"share the cores",
         f"- Load average (1/5/15 min) at start {load(load_start)}, at end {load(load_end)}",
-        f"- Other load during the runs (from /proc/stat): {interference_text(document)}",
+        f"- Other load during the runs (from /proc/stat): {interference_text(document)}"
+        + (f"; {BUSY}" if document.get("busy") else ""),
         f"- Apache Kafka {env.get('kafka', '?')}: {env.get('broker', '?')}; {env.get('java', '?')}",
         f"- Python {env.get('python', '?')}, {env.get('event_loop', '?')}; aiokprod "
         f"{libs.get('aiokprod', '?')}, aiokafka {libs.get('aiokafka', '?')}, confluent-kafka "
