@@ -26,6 +26,7 @@ from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig, ProducerOptions
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.bulk import BulkDelivery, bulk_columns, pairs
+from aiokprod.internals.bulk_append import append_columns
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.runtime import ProducerRuntime
 from aiokprod.internals.send_path import MAX_TIMESTAMP_MS, bad_partition, bad_timestamp
@@ -200,7 +201,8 @@ class Producer(ProducerLifecycle):
                 timestamp_ms = int(_time() * 1000)
             elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
                 raise bad_timestamp(timestamp_ms)
-            if await self._appender.append_columns(
+            if await append_columns(
+                self._appender,
                 bulk,
                 topic,
                 keys,

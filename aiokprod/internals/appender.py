@@ -10,27 +10,24 @@ batch is new or full.
 
 The per-record path is split in two so that the common case never awaits: :meth:`append`
 is synchronous and fills the open batch; only when a new batch is needed does the caller
-await :meth:`append_new_batch`. ``send_many()``'s column paths (:meth:`append_columns`, in
-:mod:`aiokprod.internals.bulk_append`) open each run of records with those same two calls,
+await :meth:`append_new_batch`. ``send_many()``'s column paths
+(:mod:`aiokprod.internals.bulk_append`) open each run of records with those same two calls,
 then let the batch builder's inner loops add the rest of the run.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 from aiokprod.clock import Clock
 from aiokprod.errors import KafkaError, RecordTooLargeError
-from aiokprod.internals import bulk_append
 from aiokprod.internals.accumulator import RecordAccumulator, batch_of_one_size
 from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.budget import ByteBudget
-from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
-from aiokprod.internals.partitioner import KeyHasher, PartitionChooser, StickyPartitionState
-from aiokprod.internals.serialization import Serializer
+from aiokprod.internals.partitioner import PartitionChooser, StickyPartitionState
 from aiokprod.types import TopicPartition
 
 #: The most partitions with a queued batch before a new batch gives the sender its turn
@@ -226,48 +223,6 @@ class RecordAppender:
             # The new batch is ready when it has lingered: the sender must look by then.
             self.schedule(batch.created_ms, acc.linger_ms)
         return batch, index
-
-    # --- many records (send_many(): internals/bulk_append.py) -------------------------------
-
-    async def append_columns(
-        self,
-        bulk: BulkDelivery,
-        topic: str,
-        keys: list[Any] | None,
-        values: Iterable[Any],
-        *,
-        partition: int | None,
-        timestamp_ms: int,
-        header_bytes: bytes | None,
-        info: TopicInfo,
-        started_ms: int,
-        key_serializer: Serializer | None,
-        value_serializer: Serializer | None,
-        hasher: KeyHasher | None,
-    ) -> bool:
-        """``send_many()``'s column paths; False when the records must go one by one.
-
-        Keyed columns take :func:`~aiokprod.internals.bulk_append.append_keyed` when the keys
-        are hashed (``hasher``, a built-in partitioner), without a fixed partition, headers or
-        None keys; unkeyed ones take :func:`~aiokprod.internals.bulk_append.append_values`
-        with a fixed partition or the sticky partitioner. Anything else (a custom or
-        round-robin partitioner, ...) returns False with nothing queued.
-        """
-        return await bulk_append.append_columns(
-            self,
-            bulk,
-            topic,
-            keys,
-            values,
-            partition=partition,
-            timestamp_ms=timestamp_ms,
-            header_bytes=header_bytes,
-            info=info,
-            started_ms=started_ms,
-            key_serializer=key_serializer,
-            value_serializer=value_serializer,
-            hasher=hasher,
-        )
 
 
 def _no_schedule(now_ms: int, delay_ms: int) -> None:

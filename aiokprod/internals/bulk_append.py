@@ -1,8 +1,9 @@
 """``send_many()``'s column paths: runs of records appended a batch at a time.
 
-Functions of the :class:`~aiokprod.internals.appender.RecordAppender` whose
-``append_columns`` they serve (they read its accumulator and clock). Unkeyed values
-(:func:`append_values`) and serialized keyed columns (:func:`append_keyed`) go in runs: each
+Functions over the producer's :class:`~aiokprod.internals.appender.RecordAppender` (they
+read its accumulator and clock); ``Producer.send_many`` calls :func:`append_columns`.
+Unkeyed values (:func:`append_values`) and serialized keyed columns (:func:`append_keyed`)
+go in runs: each
 run opens with the appender's one-record path (:meth:`RecordAppender.append`, then
 :meth:`RecordAppender.append_new_batch` when a new batch is needed: the partition choice,
 memory, sticky accounting and wakeups stay written once, there), then the batch builder's
@@ -74,10 +75,13 @@ async def append_columns(
     value_serializer: Serializer | None,
     hasher: KeyHasher | None,
 ) -> bool:
-    """:meth:`RecordAppender.append_columns` (its docstring says which records go where).
+    """``send_many()``'s column paths through ``app``; False when the records must go one by one.
 
-    Keyed columns go to :func:`prepare_keyed` and :func:`append_keyed`, unkeyed ones to
-    :func:`append_values`; False, with nothing queued, when the records must go one by one.
+    Keyed columns take :func:`prepare_keyed` and :func:`append_keyed` when the keys are
+    hashed (``hasher``, a built-in partitioner), without a fixed partition, headers or None
+    keys; unkeyed ones take :func:`append_values` with a fixed partition or the sticky
+    partitioner. Anything else (a custom or round-robin partitioner, ...) returns False with
+    nothing queued.
     """
     if keys is not None:
         if partition is not None or header_bytes is not None or hasher is None:

@@ -25,6 +25,7 @@ from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.appender import RecordAppender
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.internals.bulk_append import append_columns
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.protocol.record_reader import read_record_batch
@@ -195,7 +196,8 @@ async def send(
     app: RecordAppender, values: Any, partition: int | None, timestamp_ms: int = TS
 ) -> BulkDelivery:
     bulk = BulkDelivery()
-    await app.append_columns(
+    await append_columns(
+        app,
         bulk,
         "t",
         None,
