@@ -30,6 +30,7 @@ COMPILED_MODULES = [
     "aiokprod/internals/bulk_append.py",
     "aiokprod/internals/batch.py",
     "aiokprod/internals/idempotence.py",
+    "aiokprod/internals/sequences.py",
     "aiokprod/internals/producer_id.py",
     "aiokprod/internals/budget.py",
     "aiokprod/internals/partitioner.py",

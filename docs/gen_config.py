@@ -4,7 +4,7 @@ Two generated sections, both from ``aiokprod.config.OPTIONS`` (the rows of ``Pro
 
 * the option tables of docs/configuration.md (names, types, defaults, Java names, texts,
   grouped as the table groups them);
-* the ``ProducerOptions`` TypedDict in aiokprod/config/table.py, from each option's
+* the ``ProducerOptions`` TypedDict in aiokprod/config/typed_options.py, from each option's
   ``accepts`` type, so that type checkers know ``Producer(**options)``.
 
 Two uses:
@@ -32,7 +32,7 @@ START = (
     "edit the code, not this -->"
 )
 END = "<!-- end of generated options -->"
-TABLE = Path(__file__).resolve().parents[1] / "aiokprod" / "config" / "table.py"
+TYPED = Path(__file__).resolve().parents[1] / "aiokprod" / "config" / "typed_options.py"
 TYPED_START = "# <generated ProducerOptions>"
 TYPED_END = "# </generated ProducerOptions>"
 #: Options passed by position or by their own parameter, not as ``**options``.
@@ -118,7 +118,7 @@ def generate() -> tuple[str, list[str]]:
 
 
 def generate_typed_options() -> str:
-    """The ``ProducerOptions`` TypedDict of aiokprod/config/table.py (markers included)."""
+    """The ``ProducerOptions`` TypedDict of aiokprod/config/typed_options.py (with markers)."""
     from aiokprod.config import OPTIONS
 
     lines = [
@@ -148,8 +148,8 @@ def replace_section(markdown: str, section: str) -> str | None:
 
 
 def typed_options_current() -> bool:
-    """Whether aiokprod/config/table.py holds the ProducerOptions the table implies."""
-    source = TABLE.read_text(encoding="utf-8")
+    """Whether aiokprod/config/typed_options.py holds the ProducerOptions the table implies."""
+    source = TYPED.read_text(encoding="utf-8")
     updated = replace_between(source, TYPED_START, TYPED_END, generate_typed_options())
     return updated == source
 
@@ -166,7 +166,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         log.warning(problem)
     if not typed_options_current():
         log.warning(
-            "ProducerOptions in aiokprod/config/table.py is out of date with the option "
+            "ProducerOptions in aiokprod/config/typed_options.py is out of date with the option "
             "table: run `python docs/gen_config.py --write`"
         )
     updated = replace_section(markdown, section)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     results = [
         _update(PAGE, START, END, section, args.write),
-        _update(TABLE, TYPED_START, TYPED_END, generate_typed_options(), args.write),
+        _update(TYPED, TYPED_START, TYPED_END, generate_typed_options(), args.write),
     ]
     if None in results or problems:
         return 1

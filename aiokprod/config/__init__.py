@@ -10,8 +10,8 @@ The package, bottom up:
 * ``spec``: how an option is declared (:func:`~aiokprod.config.spec.option`) and the
   per-option checks;
 * ``checks``: the checks across options (idempotence, timeouts, TLS, SASL);
-* ``table``: the option table itself, :class:`ProducerConfig`, and :class:`ProducerOptions`
-  for type checkers.
+* ``table``: the option table itself, :class:`ProducerConfig`;
+* ``typed_options``: :class:`ProducerOptions` for type checkers, generated from the table.
 
 Everything else that knows about options reads the table (:data:`OPTIONS`): the docs page
 (docs/gen_config.py), the command line's ``-X`` (:func:`option_from_text`), and Spark's
@@ -35,7 +35,8 @@ from aiokprod.config.spec import (
     Option,
     parse_bootstrap_servers,
 )
-from aiokprod.config.table import OPTIONS, ProducerConfig, ProducerOptions
+from aiokprod.config.table import OPTIONS, ProducerConfig
+from aiokprod.config.typed_options import ProducerOptions
 from aiokprod.errors import ConfigError
 from aiokprod.protocol.compression import COMPRESSION_LEVEL_RANGES, COMPRESSION_TYPES
 

@@ -4,7 +4,8 @@ Each field is a row: its name and stored type, then :func:`~aiokprod.config.spec
 with the default, the check, the Java name, the doc text (docs/configuration.md), the docs
 group and the secret flag. Rows are in the order of the docs page. To add an option, add a
 row here, then run ``python docs/gen_config.py --write`` (it regenerates
-:class:`ProducerOptions` below and the docs page); CONTRIBUTING.md has the details.
+:class:`ProducerOptions` in ``typed_options.py`` and the docs page); CONTRIBUTING.md has the
+details.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 import ssl
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import Any
 
 from aiokprod.config import checks
 from aiokprod.config import spec as c
@@ -20,10 +21,6 @@ from aiokprod.config.secret import PartitionerFunction, Secret, Serializer, Toke
 from aiokprod.config.spec import MAX_INT32, MAX_INT64, Option, option, option_table
 from aiokprod.errors import ConfigError, IllegalStateError
 from aiokprod.types import ProducerInterceptor
-
-if TYPE_CHECKING:
-    import os
-    from collections.abc import Sequence
 
 _client_ids = itertools.count(1)
 
@@ -491,60 +488,3 @@ class ProducerConfig:
 
 #: The option table: option name -> :class:`~aiokprod.config.spec.Option`, in docs order.
 OPTIONS: Mapping[str, Option] = c.collect(ProducerConfig)
-
-
-# The keyword options of Producer(...), SyncProducer(...) and ProducerConfig.from_options(),
-# for type checkers (PEP 692: ``**options: Unpack[ProducerOptions]``). Generated from the
-# table's ``accepts`` types by ``python docs/gen_config.py --write``; a unit test checks it.
-# fmt: off
-# <generated ProducerOptions>
-class ProducerOptions(TypedDict, total=False):
-    """The producer's keyword options and the types they accept (see docs/configuration.md)."""
-
-    client_id: str | None
-    socket_connection_setup_timeout_ms: int
-    reconnect_backoff_ms: int
-    reconnect_backoff_max_ms: int
-    connections_max_idle_ms: int
-    acks: int | Literal["all", "-1", "0", "1"]
-    enable_idempotence: bool
-    transactional_id: str | None
-    transaction_timeout_ms: int
-    delivery_timeout_ms: int
-    request_timeout_ms: int
-    max_in_flight_requests_per_connection: int
-    retries: int
-    retry_backoff_ms: int
-    retry_backoff_max_ms: int
-    linger_ms: int
-    batch_size: int
-    buffer_memory: int
-    max_block_ms: int
-    max_request_size: int
-    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] | None
-    compression_level: int | None
-    metadata_max_age_ms: int
-    metadata_max_idle_ms: int
-    allow_auto_create_topics: bool
-    partitioner: Literal["builtin", "murmur3", "round_robin"] | PartitionerFunction
-    partitioner_ignore_keys: bool
-    partitioner_adaptive_partitioning: bool
-    partitioner_availability_timeout_ms: int
-    partitioner_working_set_size: int
-    partitioner_working_set_ms: int
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-    ssl_context: ssl.SSLContext | None
-    ssl_cafile: str | os.PathLike[str] | None
-    ssl_certfile: str | os.PathLike[str] | None
-    ssl_keyfile: str | os.PathLike[str] | None
-    ssl_password: str | Secret | None
-    ssl_check_hostname: bool
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-    sasl_plain_username: str | None
-    sasl_plain_password: str | Secret | None
-    sasl_oauth_token_provider: TokenProvider | None
-    key_serializer: Serializer | None
-    value_serializer: Serializer | None
-    interceptors: Sequence[ProducerInterceptor] | None
-# </generated ProducerOptions>
-# fmt: on

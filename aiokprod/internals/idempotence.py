@@ -23,70 +23,31 @@ the last acknowledged sequence shows the batch was written, or the epoch is bump
 
 This follows the Java client's ``TransactionManager`` for an idempotent, non-transactional
 producer (``canRetry``, ``handleFailedBatch``, ``maybeResolveSequences``,
-``bumpIdempotentProducerEpoch``). It is synchronous and does no I/O.
+``bumpIdempotentProducerEpoch``). It is synchronous and does no I/O. One partition's
+bookkeeping, and what an error response means for it, are in ``internals/sequences.py``.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
 from aiokprod.errors import (
     BrokerError,
-    DuplicateSequenceNumberError,
     OutOfOrderSequenceNumberError,
     UnknownProducerIdError,
 )
 from aiokprod.internals.batch import ProducerBatch
+from aiokprod.internals.sequences import (
+    PartitionSequences,
+    Verdict,
+    error_verdict,
+    increment_sequence,
+    is_next_sequence,
+    may_have_later,
+    overtaken,
+    seq_after,
+)
 from aiokprod.types import TopicPartition
 
-INT32_MAX = 2**31 - 1
 INT16_MAX = 2**15 - 1
-
-
-def increment_sequence(sequence: int, count: int) -> int:
-    """The sequence after ``count`` records; wraps to 0 past Int32 max, as Kafka does."""
-    if sequence > INT32_MAX - count:
-        return count - (INT32_MAX - sequence) - 1
-    return sequence + count
-
-
-class Verdict(enum.Enum):
-    """What to do with a batch after an error response (see :meth:`IdempotenceState.on_error`)."""
-
-    #: Resend it as it is (same stamp), after the usual checks (delivery timeout, retries).
-    RETRY = "retry"
-    #: The broker already has it (DUPLICATE_SEQUENCE_NUMBER): a success with no offset.
-    DUPLICATE = "duplicate"
-    #: Not retriable: fail it.
-    FAIL = "fail"
-
-
-@dataclass(slots=True)
-class PartitionSequences:
-    """Sequence bookkeeping of one partition (Java's ``TxnPartitionEntry``)."""
-
-    #: The (producer id, epoch) under which ``next_sequence`` counts.
-    producer_id: int = -1
-    producer_epoch: int = -1
-    next_sequence: int = 0
-    last_acked_sequence: int = -1
-    #: Batches with a sequence and no outcome yet (sent, or queued for a retry), in sequence
-    #: order. Java: ``inflightBatchesBySequence``.
-    in_flight: list[ProducerBatch] = field(default_factory=list)
-    #: Set when a batch that had been sent expired: its outcome is unknown.
-    unresolved: bool = False
-    #: The sequences that directly follow an expired (unresolved) batch: an
-    #: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch starting there proves that expired batch was
-    #: not appended.
-    after_expired: set[int] = field(default_factory=set)
-    #: Set when a batch was rejected for good: its sequences are a gap. Later batches are
-    #: resent under their own stamps until each has a definite answer (appended, or refused
-    #: with OUT_OF_ORDER_SEQUENCE_NUMBER); only then are the refused ones renumbered.
-    gap: bool = False
-    #: Set once a batch under ``producer_id`` was acknowledged here: the broker then holds
-    #: state for the id and checks every sequence (see ``IdempotenceState.can_drain``).
-    broker_has_state: bool = False
 
 
 class IdempotenceState:
@@ -237,68 +198,20 @@ class IdempotenceState:
             state.broker_has_state = True
         if (batch.producer_id, batch.producer_epoch) == (state.producer_id, state.producer_epoch):
             last = increment_sequence(batch.base_sequence, batch.record_count - 1)
-            if state.last_acked_sequence < 0 or _seq_after(last, state.last_acked_sequence):
+            if state.last_acked_sequence < 0 or seq_after(last, state.last_acked_sequence):
                 state.last_acked_sequence = last
 
     def on_error(self, batch: ProducerBatch, error: BaseException) -> Verdict:
         """Decide on an error response for a stamped batch (Java's ``canRetry``).
 
-        The caller still checks the delivery timeout and ``retries`` for a RETRY.
+        The decision is the partition's (:func:`~aiokprod.internals.sequences.error_verdict`);
+        when it calls for renumbering under a new epoch, the bump is requested here. The
+        caller still checks the delivery timeout and ``retries`` for a RETRY.
         """
-        if isinstance(error, DuplicateSequenceNumberError):
-            return Verdict.DUPLICATE
-        state = self._partitions.get(batch.tp)
-        if state is None or not batch.has_sequence:
-            return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
-        if isinstance(error, UnknownProducerIdError):
-            # The broker lost our state (e.g. retention removed the log head). Unless this
-            # batch was already renumbered, bump the epoch and renumber from 0. Without our
-            # state it takes any first sequence: one batch at a time again (can_drain).
-            state.broker_has_state = False
-            if not batch.sequence_reset:
-                self._request_bump(batch.tp)
-            return Verdict.RETRY
-        if isinstance(error, OutOfOrderSequenceNumberError):
-            if self._overtaken(state, batch):
-                # A later batch of ours was acknowledged and this one was not: a broker with
-                # no state for this producer took the later one first (it accepts any first
-                # sequence; e.g. this one was refused NOT_LEADER_OR_FOLLOWER by a partition
-                # just created, the later one accepted a moment after). It can no longer be
-                # written in order, and retrying would be refused until the delivery
-                # timeout: it fails now, and on_failure settles the rest in gap mode.
-                return Verdict.FAIL
-            if state.gap:
-                # Behind the gap: the broker refused it, so it was not appended. It waits
-                # (see can_drain) and is renumbered once the gap is settled. A batch already
-                # renumbered too: when the first batch of the new epoch fails for good, the
-                # ones after it are refused until renumbered again (they were resent under
-                # their stamps until the partition was blocked for the delivery timeout).
-                batch.not_appended = True
-                return Verdict.RETRY
-            if not state.unresolved and (
-                batch.sequence_reset or not self._is_next_sequence(state, batch.base_sequence)
-            ):
-                # Not the next expected batch: an earlier batch's failure or retry caused
-                # this; it resolves when that one is resent.
-                return Verdict.RETRY
-            if not state.unresolved and self._may_have_later(state, batch):
-                # Refused though it is the first batch the broker should expect, while a
-                # later batch of ours was sent and nothing was acknowledged yet: a broker with
-                # no state for this producer accepts any first sequence, so that later batch
-                # may be in the log already. This one can no longer be written in order: it
-                # fails (as in Java), and on_failure settles the later ones in gap mode.
-                return Verdict.FAIL
-            if not state.unresolved or (
-                batch.base_sequence in state.after_expired and not _live_before(state, batch)
-            ):
-                # A real gap: the broker has everything before this batch and not it, so
-                # neither it nor anything after it was appended: renumber under a new epoch.
-                # (Behind an expired batch this holds only once no earlier batch is still
-                # unacknowledged: the pieces of a split batch share their creation time, so
-                # one may expire while the piece before it is still in flight.)
-                self._request_bump(batch.tp)
-            return Verdict.RETRY
-        return Verdict.RETRY if getattr(error, "retriable", False) else Verdict.FAIL
+        verdict, bump = error_verdict(self._partitions.get(batch.tp), batch, error)
+        if bump:
+            self._request_bump(batch.tp)
+        return verdict
 
     def on_failure(self, batch: ProducerBatch, error: BaseException, *, may_retry: bool) -> None:
         """A stamped batch failed for good with a definite broker error.
@@ -318,7 +231,7 @@ class IdempotenceState:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        later = self._may_have_later(state, batch) or self._overtaken(state, batch)
+        later = may_have_later(state, batch) or overtaken(state, batch)
         _remove(state.in_flight, batch)
         if isinstance(error, OutOfOrderSequenceNumberError) and later:
             state.gap = True  # see on_error: the later batches are resent under own stamps
@@ -393,37 +306,6 @@ class IdempotenceState:
         if state is not None:
             _remove(state.in_flight, batch)
 
-    @staticmethod
-    def _may_have_later(state: PartitionSequences, batch: ProducerBatch) -> bool:
-        """Whether a batch after ``batch`` may be in the log though ``batch`` is not.
-
-        Only when the broker may have no state for this producer (nothing acknowledged in
-        this epoch yet: it then accepts any first sequence) and a later batch was sent
-        (every batch in ``in_flight`` has been stamped, so sent at least once).
-        """
-        return (
-            state.last_acked_sequence < 0
-            and (batch.producer_id, batch.producer_epoch)
-            == (state.producer_id, state.producer_epoch)
-            and any(b is not batch for b in state.in_flight)
-        )
-
-    @staticmethod
-    def _overtaken(state: PartitionSequences, batch: ProducerBatch) -> bool:
-        """Whether a later batch of the same numbering was acknowledged before ``batch``.
-
-        Its sequences then lie at or before the last acknowledged one: an
-        OUT_OF_ORDER_SEQUENCE_NUMBER for it means it is not in the log (a resend of a batch
-        the broker has is answered DUPLICATE_SEQUENCE_NUMBER: it remembers the last five, and
-        no more than five are in flight), and it never can be in order.
-        """
-        return (
-            state.last_acked_sequence >= 0
-            and (batch.producer_id, batch.producer_epoch)
-            == (state.producer_id, state.producer_epoch)
-            and not _seq_after(batch.base_sequence, state.last_acked_sequence)
-        )
-
     def resolve_sequences(self) -> None:
         """Settle unresolved partitions that have nothing in flight any more.
 
@@ -445,7 +327,7 @@ class IdempotenceState:
             if state.unresolved and not state.in_flight:
                 state.unresolved = False
                 state.after_expired.clear()
-                if not self._is_next_sequence(state, state.next_sequence):
+                if not is_next_sequence(state, state.next_sequence):
                     self._request_bump(tp)
             if not (state.gap or state.unresolved):
                 del self._attention[tp]
@@ -461,10 +343,6 @@ class IdempotenceState:
         # behind the gap, so what remains was not appended and can be renumbered.
         state.gap = False
         self._request_bump(tp)
-
-    def _is_next_sequence(self, state: PartitionSequences, sequence: int) -> bool:
-        expected = 0 if state.last_acked_sequence < 0 else state.last_acked_sequence + 1
-        return sequence == (expected if expected <= INT32_MAX else 0)
 
     def _request_bump(self, tp: TopicPartition) -> None:
         self.epoch_bump_required = True
@@ -578,23 +456,8 @@ class IdempotenceState:
         return state is not None and state.unresolved
 
 
-def _live_before(state: PartitionSequences, batch: ProducerBatch) -> bool:
-    """Whether an unexpired batch with an earlier sequence than ``batch`` awaits an ack."""
-    for queued in state.in_flight:
-        if queued is batch:
-            return False
-        if queued.final_state is None:
-            return True
-    return False
-
-
 def _remove(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
     for i, queued in enumerate(batches):
         if queued is batch:
             del batches[i]
             return
-
-
-def _seq_after(a: int, b: int) -> bool:
-    """Whether sequence ``a`` comes after ``b``, allowing for the wrap at Int32 max."""
-    return (a - b) % (2**31) < 2**30 and a != b

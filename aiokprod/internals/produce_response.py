@@ -26,9 +26,10 @@ from aiokprod.errors import (
 )
 from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.batch import ProducerBatch
-from aiokprod.internals.idempotence import IdempotenceState, Verdict
+from aiokprod.internals.idempotence import IdempotenceState
 from aiokprod.internals.interceptors import on_acknowledgement
 from aiokprod.internals.metadata import BrokerNode, MetadataState
+from aiokprod.internals.sequences import Verdict
 from aiokprod.internals.split import should_split, split_refused
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.transactions import TransactionManager

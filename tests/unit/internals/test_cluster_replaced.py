@@ -17,7 +17,8 @@ from aiokprod.errors import (
     ProducerFencedError,
 )
 from aiokprod.internals.batch import ProducerBatch
-from aiokprod.internals.idempotence import IdempotenceState, Verdict
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.sequences import Verdict
 from aiokprod.internals.transactions import TransactionManager, TxnState
 from aiokprod.types import TopicPartition
 

@@ -25,7 +25,8 @@ from aiokprod.internals.accumulator import RecordAccumulator
 from aiokprod.internals.batch import SPLIT_OFFSET, DeliveryFuture, FinalState, ProducerBatch
 from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery
-from aiokprod.internals.idempotence import INT32_MAX, IdempotenceState, Verdict
+from aiokprod.internals.idempotence import IdempotenceState
+from aiokprod.internals.sequences import INT32_MAX, Verdict
 from aiokprod.internals.split import should_split, split_limit, split_refused
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.protocol.compression import DECOMPRESSORS, codec_for_name
