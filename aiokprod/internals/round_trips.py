@@ -266,6 +266,7 @@ class RoundTrips:
                 timeout_ms = min(timeout_ms, deadline_ms - clock.monotonic_ms())
             if timeout_ms <= 0:
                 raise self._timeout(what, error)
+            cut_short = timeout_ms < cfg.request_timeout_ms
             timeout_s = timeout_ms / 1000
             try:
                 conn = await connect(timeout_s)
@@ -283,7 +284,11 @@ class RoundTrips:
             except KafkaError as exc:
                 if not exc.retriable and not isinstance(exc, KafkaConnectionError):
                     raise
-                error = exc
+                # An attempt that the deadline cut short and that timed out says nothing of
+                # the broker: the cause reported stays what the broker said last (say
+                # UNSTABLE_OFFSET_COMMIT), not "no answer within 2 ms".
+                if not (cut_short and attempts and isinstance(exc, KafkaTimeoutError)):
+                    error = exc
                 moved()
                 wait = None
             attempts += 1

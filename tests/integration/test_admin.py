@@ -91,8 +91,10 @@ async def test_prepared_then_committed_by_another_client(
         assert {Tp(topic, p) for p in range(3)} <= d.topic_partitions
         assert d.start_time_ms > 0
 
-        # RequireStable: the marker is pending, so a short deadline times out...
-        async with Admin(kafka.bootstrap_servers, max_block_ms=1500) as impatient:
+        # RequireStable: the marker is pending, so a short deadline times out (5 s: long
+        # enough for a first answer on a busy machine, whose UNSTABLE_OFFSET_COMMIT is the
+        # cause)...
+        async with Admin(kafka.bootstrap_servers, max_block_ms=5000) as impatient:
             with pytest.raises(KafkaTimeoutError) as caught:
                 await impatient.list_consumer_group_offsets(group, [marker], require_stable=True)
             assert isinstance(caught.value.__cause__, UnstableOffsetCommitError)

@@ -243,6 +243,30 @@ def test_require_stable_times_out_with_the_unstable_error_as_cause() -> None:
     assert got == [{tp: OffsetAndMetadata(3, "old")}]
 
 
+@pytest.mark.parametrize("delay_ms", [150, 250, 400, 700])
+def test_require_stable_keeps_the_unstable_cause_when_the_deadline_cuts_the_last_try(
+    delay_ms: int,
+) -> None:
+    # Every answer comes late: the last try starts with less time left than an answer
+    # takes, and times out only because the deadline cut its request timeout short. The
+    # cause stays the broker's UNSTABLE_OFFSET_COMMIT (seen on a busy machine: "node 1 did
+    # not answer OffsetFetchRequest within 2 ms" was reported instead).
+    faults = FaultSchedule(windows=[FaultWindow("delay_response", 1.0, 0, 10**9, delay_ms)])
+    model = CoordinatorModel(world(9, faults))
+    tp = TopicPartition("t", 0)
+    model.pending["g"] = {tp: (9, "new")}
+    causes: list[BaseException | None] = []
+
+    async def body(admin: Admin) -> None:
+        with pytest.raises(KafkaTimeoutError) as caught:
+            await admin.list_consumer_group_offsets("g", [tp], require_stable=True)
+        causes.append(caught.value.__cause__)
+
+    run(model, body, max_block_ms=3_000)
+    assert len(causes) == 1
+    assert isinstance(causes[0], UnstableOffsetCommitError), causes[0]
+
+
 def test_alter_then_list_offsets() -> None:
     model = CoordinatorModel(world(10))
     offsets: dict[TopicPartition, OffsetAndMetadata | int] = {
