@@ -144,6 +144,15 @@ def explain(
             f"with `klist -k {keytab_name}` [{reason}]",
             **fields,
         )
+    if code == KDC_UNREACH:
+        return KerberosKdcUnreachableError(
+            f"no KDC answered for the ticket to authenticate to {target.node} (the KDCs "
+            f"krb5.conf names: {_krb5_config()}) [{reason}]"
+        )
+    if code == REALM_UNKNOWN:
+        return KerberosError(
+            f"krb5.conf ({_krb5_config()}) names no KDC for the realm [{reason}]", **fields
+        )
     if code in _CLIENT_REFUSED:
         return KerberosCredentialsError(
             f"the KDC refuses the client principal {who} (check sasl_kerberos_principal or "
@@ -163,15 +172,6 @@ def explain(
             "runs `kinit <principal>` first (the ticket cache: KRB5CCNAME); a service gives a "
             f"keytab (sasl_kerberos_keytab, or KRB5_CLIENT_KTNAME) [{reason}]",
             **fields,
-        )
-    if code == KDC_UNREACH:
-        return KerberosKdcUnreachableError(
-            f"no KDC answered for the ticket to authenticate to {target.node} (the KDCs "
-            f"krb5.conf names: {_krb5_config()}) [{reason}]"
-        )
-    if code == REALM_UNKNOWN:
-        return KerberosError(
-            f"krb5.conf ({_krb5_config()}) names no KDC for the realm [{reason}]", **fields
         )
     return KerberosError(
         f"Kerberos authentication of {who} to {target.node} ({target.principal}) failed [{reason}]",
