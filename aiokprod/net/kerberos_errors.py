@@ -58,6 +58,7 @@ _NO_KEY = {KT_NOTFOUND, KT_KVNONOTFOUND}
 _SKEWS = {SKEW, KDCREP_SKEW}
 _SERVER_NOT_FOUND = re.compile(r"Server (\S+) not found")
 _MINOR = re.compile(r"Minor \(\d+\): ")
+_MAJOR = re.compile(r"^Major \(\d+\): (.*?)(?:, Minor \(\d+\): .*)?$", re.DOTALL)
 
 
 class GssFailure(Protocol):
@@ -87,7 +88,8 @@ def kerberos_reason(exc: GssFailure) -> str:
     minor = parts[-1].strip() if len(parts) > 1 else ""
     if minor and minor not in ("Success", "Unknown error"):
         return minor
-    return message.strip()
+    major = _MAJOR.match(message.strip())
+    return major.group(1).strip() if major else message.strip()
 
 
 def explain(
@@ -146,8 +148,8 @@ def explain(
         )
     if code == KDC_UNREACH:
         return KerberosKdcUnreachableError(
-            f"no KDC answered for the ticket to authenticate to {target.node} (the KDCs "
-            f"krb5.conf names: {_krb5_config()}) [{reason}]"
+            f"no KDC answered for the ticket to authenticate to {target.node} (the KDCs of "
+            f"{_krb5_config()}) [{reason}]"
         )
     if code == REALM_UNKNOWN:
         return KerberosError(
@@ -160,8 +162,10 @@ def explain(
             **fields,
         )
     if code == TKT_EXPIRED or major == GSS_S_CREDENTIALS_EXPIRED:
+        cache = os.environ.get("KRB5CCNAME") or "the default ticket cache"
+        holder = f"of {client}" if client else f"in {cache}"
         return KerberosCredentialsError(
-            f"the Kerberos ticket of {who} has expired: run kinit again (or a renewer such as "
+            f"the Kerberos ticket {holder} has expired: run kinit again (or a renewer such as "
             "k5start), or give a keytab (sasl_kerberos_keytab), from which tickets are renewed "
             f"by themselves [{reason}]",
             **fields,

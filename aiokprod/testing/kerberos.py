@@ -1,8 +1,8 @@
 """A local Kafka whose SASL listeners offer Kerberos (GSSAPI), against a real MIT KDC.
 
-:class:`KerberosKafka` starts, in this order, a throwaway realm (:class:`~aiokprod.testing.kdc.
-LocalKdc`: ``krb5kdc`` on a loopback port, principals and keytabs made for this run) and a
-``LocalKafka(security=True)`` whose ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners offer GSSAPI
+:class:`KerberosKafka` is a ``LocalKafka(security=True)`` that first starts a throwaway realm
+(:class:`~aiokprod.testing.kdc.LocalKdc`: ``krb5kdc`` on a loopback port, principals and
+keytabs made for this run), and whose ``SASL_PLAINTEXT`` and ``SASL_SSL`` listeners offer GSSAPI
 besides PLAIN, SCRAM and OAUTHBEARER: each listener has its own JAAS ``Krb5LoginModule`` entry
 with the broker's keytab, and the JVM is pointed at the realm's krb5.conf (the JVM ignores
 ``KRB5_CONFIG``). The KDC starts first: the broker logs in while it starts.
@@ -25,11 +25,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from aiokprod.testing.cluster import DEFAULT_STARTUP_TIMEOUT, LocalKafka
+from aiokprod.testing.cluster import LocalKafka
 from aiokprod.testing.config import render_properties
 from aiokprod.testing.errors import LocalKafkaError
 from aiokprod.testing.kdc import DEFAULT_REALM, LocalKdc
@@ -82,99 +82,84 @@ def java_client_properties(
     return props
 
 
-class KerberosKafka:
-    """A realm and a secure local Kafka that authenticates its clients in it.
+class KerberosKafka(LocalKafka):
+    """A secure local Kafka whose SASL listeners offer GSSAPI, with a realm of its own.
+
+    A :class:`LocalKafka` (``security=True`` always) that starts its KDC first and stops it
+    last; everything else is LocalKafka's.
 
     Args:
+        nodes: as :class:`LocalKafka` (every node is ``kafka/localhost``).
         realm: the realm's name.
         max_life: the longest ticket of the realm (MIT syntax, ``"1h"``).
         broker_config: more ``server.properties`` entries (``connections.max.reauth.ms``...).
-        version: the Kafka release (default as :class:`LocalKafka`).
-        work_dir: parent of the temporary folder (the realm's files; Kafka's beside them).
-        startup_timeout: seconds for the broker to start.
-        keep_data: keep the folder after :meth:`stop`.
+        jvm_args: more JVM flags for the nodes (the krb5.conf flag is added).
+        work_dir: parent of the temporary folders (the realm's, Kafka's).
+        keep_data: keep both folders after :meth:`stop`.
+        **kwargs: the other :class:`LocalKafka` arguments.
     """
 
     def __init__(
         self,
+        nodes: int = 1,
         *,
         realm: str = DEFAULT_REALM,
         max_life: str = "1h",
         broker_config: Mapping[str, str] | None = None,
-        version: str | None = None,
+        jvm_args: Sequence[str] = (),
         work_dir: str | Path | None = None,
-        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         keep_data: bool = False,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(
+            nodes,
+            broker_config=broker_config,
+            jvm_args=jvm_args,
+            work_dir=work_dir,
+            keep_data=keep_data,
+            security=True,
+            **kwargs,
+        )
         self.realm = realm
         self.max_life = max_life
-        self.broker_config = dict(broker_config or {})
-        self.version = version
-        self.work_dir = Path(work_dir) if work_dir is not None else None
-        self.startup_timeout = startup_timeout
-        self.keep_data = keep_data
+        self._extra_config = dict(self.broker_config)
+        self._extra_jvm_args = self.jvm_args
         self._root: Path | None = None
         self._kdc: LocalKdc | None = None
-        self._kafka: LocalKafka | None = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def start(self) -> Self:
         """Start the KDC, make the principals and keytabs, then start Kafka.
 
         Raises:
-            LocalKafkaError: krb5 or Java missing, or the KDC or the broker did not start.
+            LocalKafkaError: krb5 or Java missing, or the KDC or a broker did not start.
         """
-        if self._kafka is not None:
+        if self._kdc is not None and self._kdc.is_running:
             raise LocalKafkaError("this KerberosKafka is already started")
         self._root = Path(tempfile.mkdtemp(prefix="aiokprod-krb5-", dir=self.work_dir))
         try:
             kdc = self._kdc = LocalKdc(self._root / "kdc", self.realm, max_life=self.max_life)
             kdc.start()
-            broker_keytab = kdc.add_principal(f"{SERVICE}/{BROKER_HOST}")
+            broker = f"{SERVICE}/{BROKER_HOST}"
+            broker_keytab = kdc.add_principal(broker)
             for name in (CLIENT, JAVA_CLIENT):
                 kdc.add_principal(name)
-            config = {
-                **gssapi_broker_properties(
-                    kdc.principal(f"{SERVICE}/{BROKER_HOST}"), broker_keytab
-                ),
-                **self.broker_config,
-            }
-            self._kafka = LocalKafka(
-                security=True,
-                broker_config=config,
-                version=self.version,
-                work_dir=self._root,
-                startup_timeout=self.startup_timeout,
-                keep_data=self.keep_data,
-                jvm_args=kdc.jvm_flags(),
-            ).start()
+            gssapi = gssapi_broker_properties(kdc.principal(broker), broker_keytab)
+            self.broker_config = {**gssapi, **self._extra_config}
+            self.jvm_args = (*self._extra_jvm_args, *kdc.jvm_flags())
+            super().start()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        """Stop Kafka, then the KDC; delete the folder unless ``keep_data``. Safe twice."""
-        if self._kafka is not None:
-            self._kafka.stop()
-            self._kafka = None
+        """Stop Kafka, then the KDC; delete the folders unless ``keep_data``. Safe twice."""
+        super().stop()
         if self._kdc is not None:
             self._kdc.stop()
         if self._root is not None and not self.keep_data:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
-
-    @property
-    def kafka(self) -> LocalKafka:
-        """The broker (its PLAINTEXT listener is there for admin and read-back)."""
-        if self._kafka is None:
-            raise LocalKafkaError("this KerberosKafka is not started")
-        return self._kafka
 
     @property
     def kdc(self) -> LocalKdc:
@@ -185,7 +170,7 @@ class KerberosKafka:
 
     @property
     def root(self) -> Path:
-        """The folder of this run's files."""
+        """The folder of the realm's files (KDC, keytabs, tool properties)."""
         if self._root is None:
             raise LocalKafkaError("this KerberosKafka is not started")
         return self._root
@@ -218,7 +203,7 @@ class KerberosKafka:
                 ``principal=None``, none: the ticket cache is used).
         """
         options: dict[str, Any] = {
-            "bootstrap_servers": self.kafka.listener_bootstrap(listener),
+            "bootstrap_servers": self.listener_bootstrap(listener),
             "security_protocol": listener,
             "sasl_mechanism": "GSSAPI",
             "sasl_kerberos_domain_name": BROKER_HOST,
@@ -229,7 +214,7 @@ class KerberosKafka:
         elif keytab is not None:
             options["sasl_kerberos_keytab"] = str(keytab)
         if listener == "SASL_SSL":
-            options["ssl_cafile"] = str(self.kafka.ca_file)
+            options["ssl_cafile"] = str(self.ca_file)
         return options
 
     def run_java_client(
@@ -246,16 +231,15 @@ class KerberosKafka:
         The tool gets ``--bootstrap-server`` and ``--command-config`` (a properties file for
         ``principal`` with its keytab) before ``args``, and the realm's krb5.conf.
         """
-        kafka = self.kafka
         props = java_client_properties(
-            listener, self.kdc.principal(principal), self.keytab(principal), kafka.ca_file
+            listener, self.kdc.principal(principal), self.keytab(principal), self.ca_file
         )
         path = self.root / f"{principal}-{listener.lower()}.properties"
         path.write_text(render_properties(props), encoding="utf-8")
-        return kafka.run_java_tool(
+        return self.run_java_tool(
             main_class,
             "--bootstrap-server",
-            kafka.listener_bootstrap(listener),
+            self.listener_bootstrap(listener),
             "--command-config",
             str(path),
             *args,
@@ -300,3 +284,24 @@ class KerberosKafka:
             listener=listener,
         )
         return done.stdout.splitlines()
+
+
+#: ``python -m aiokprod.testing run --kerberos``: the GSSAPI listener's addresses.
+GSSAPI_BOOTSTRAP_ENV = "KAFKA_GSSAPI_BOOTSTRAP_SERVERS"
+
+
+def cli_environ(kafka: LocalKafka) -> dict[str, str]:
+    """What the command line prints (``run``) or sets (``exec``) for a Kerberos Kafka.
+
+    The SASL_PLAINTEXT listener (:data:`GSSAPI_BOOTSTRAP_ENV`), the realm's krb5.conf, a ticket
+    cache of this run and :data:`CLIENT`'s keytab as the default client keytab, so a program
+    needs only ``sasl_mechanism="GSSAPI"`` and ``sasl_kerberos_domain_name="localhost"``.
+    Empty for a Kafka without a realm.
+    """
+    if not isinstance(kafka, KerberosKafka):
+        return {}
+    return {
+        GSSAPI_BOOTSTRAP_ENV: kafka.listener_bootstrap("SASL_PLAINTEXT"),
+        **kafka.environ(),
+        "KRB5_CLIENT_KTNAME": str(kafka.keytab(CLIENT)),
+    }

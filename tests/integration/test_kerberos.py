@@ -66,7 +66,7 @@ def krb5_env(
 
 def new_topic(kerberos: KerberosKafka, partitions: int = 2) -> str:
     name = f"krb5-{uuid.uuid4().hex[:10]}"
-    kerberos.kafka.create_topic(name, partitions=partitions)
+    kerberos.create_topic(name, partitions=partitions)
     return name
 
 
@@ -85,7 +85,7 @@ def test_java_console_producer_is_the_reference(kafka_kerberos: KerberosKafka) -
     values = [f"java-{i}" for i in range(20)]
     done = kafka_kerberos.java_produce(topic, values)
     assert done.returncode == 0, done.stderr[-3000:]
-    consumed = consume_all(kafka_kerberos.kafka.bootstrap_servers, topic, len(values))
+    consumed = consume_all(kafka_kerberos.bootstrap_servers, topic, len(values))
     assert sorted(r.value for r in consumed) == sorted(v.encode() for v in values)
 
 
@@ -117,7 +117,7 @@ async def test_transactional_produce_read_committed(
                 await producer.commit_transaction()
             else:
                 await producer.abort_transaction()
-    values = read_committed(kafka_kerberos.kafka.bootstrap_servers, topic, partitions=2)
+    values = read_committed(kafka_kerberos.bootstrap_servers, topic, partitions=2)
     assert sorted(values) == sorted([f"commit-{i}".encode() for i in range(50)] * 2)
 
 
@@ -128,7 +128,7 @@ async def test_a_developers_ticket_cache(kafka_kerberos: KerberosKafka, tmp_path
     options = kafka_kerberos.client_options(principal=None)
     assert "sasl_kerberos_keytab" not in options
     await produce(options, topic, [b"from-kinit"])
-    assert [r.value for r in consume_all(kafka_kerberos.kafka.bootstrap_servers, topic, 1)] == [
+    assert [r.value for r in consume_all(kafka_kerberos.bootstrap_servers, topic, 1)] == [
         b"from-kinit"
     ]
 
@@ -354,7 +354,7 @@ async def test_reauthentication_across_ticket_expiry(
     assert len(tgts) >= 2, tgts  # a new ticket-granting ticket from the keytab
     # Replaced before the broker ends the session: nothing had to be retried.
     assert metrics["records_retried"] == 0, metrics
-    consumed = consume_all(kafka_kerberos.kafka.bootstrap_servers, topic, sent)
+    consumed = consume_all(kafka_kerberos.bootstrap_servers, topic, sent)
     assert sorted(r.value for r in consumed) == sorted(f"r{i}".encode() for i in range(sent))
     assert lifetime_s * 1000 > KERBEROS_REAUTH_MS
     assert os.environ["KRB5_CONFIG"] == str(kafka_kerberos.kdc.krb5_conf_path)

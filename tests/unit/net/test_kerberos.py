@@ -192,6 +192,8 @@ def test_an_unreachable_kdc_is_retried_like_an_unreachable_broker() -> None:
 
 def test_reason_is_the_kerberos_part_of_the_message() -> None:
     assert kerberos_reason(Failure(1, SKEW, "Clock skew too great")) == "Clock skew too great"
+    expired = Failure(GSS_S_CREDENTIALS_EXPIRED, 100001, "Success")
+    assert kerberos_reason(expired) == "GSS words"  # the major part when the minor says nothing
     assert signed32(SKEW & 0xFFFFFFFF) == SKEW
     assert signed32(5) == 5
 
