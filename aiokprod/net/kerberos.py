@@ -57,6 +57,8 @@ log = get_logger("aiokprod.net.kerberos")
 
 #: Worker threads for GSS calls, shared by every producer of the process.
 GSS_THREADS = 8
+#: Context tokens a broker may send before the context must be complete (Kerberos: one).
+MAX_CONTEXT_TOKENS = 4
 #: RFC 4752 security layers: the bits of the first octet of both negotiation messages.
 LAYER_NONE = 0x01
 LAYER_INTEGRITY = 0x02
@@ -272,9 +274,16 @@ class KerberosLogin:
         context = GssContext(self._gssapi, self.settings, target)
         token = await self._start(context)
         response = await self._send(conn, exchange, context, token)
-        while not context.complete:
+        for _ in range(MAX_CONTEXT_TOKENS):
+            if context.complete:
+                break
             token = await self._in_thread(context, context.step, response.auth_bytes)
             response = await self._send(conn, exchange, context, token)
+        else:
+            raise KerberosError(
+                f"{target.node} sent more than {MAX_CONTEXT_TOKENS} GSSAPI context tokens "
+                "(Kerberos needs two): is this a Kafka broker?"
+            )
         if not response.auth_bytes:  # the final context token had no answer: ask again
             response = await self._send(conn, exchange, context, b"")
         reply = await self._in_thread(context, context.negotiate, response.auth_bytes)

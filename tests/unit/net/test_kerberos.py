@@ -440,3 +440,17 @@ async def test_a_cancelled_wait_keeps_the_thread_and_its_permit(
     # Both stuck calls end and give their permits back: a new call gets one and runs.
     assert await asyncio.wait_for(login._in_thread(context, stuck, 7), 30) == 7
     assert sorted(started) == [0, 1, 7]
+
+
+async def test_a_broker_that_never_completes_the_context(
+    fake_gss: FakeGssapi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakeContext, "step", lambda self, token=None: b"more")
+    conn = FakeConnection(
+        [SaslHandshakeResponse(error_code=0, mechanisms=["GSSAPI"])]
+        + [answer(b"again") for _ in range(10)]
+    )
+    auth = SaslAuthenticator("GSSAPI")
+    with pytest.raises(KerberosError, match="more than 4 GSSAPI context tokens"):
+        await auth(conn)  # type: ignore[arg-type]
+    assert len(conn.sent) == 1 + 1 + kerberos.MAX_CONTEXT_TOKENS
