@@ -33,7 +33,7 @@ from aiokprod.net.security import (
     KerberosPrincipalNotFoundError,
     SaslMechanismError,
 )
-from aiokprod.testing import LocalKafka
+from aiokprod.testing import LocalKafka, LocalKafkaError
 from aiokprod.testing.kdc import LocalKdc, krb5_conf
 from aiokprod.testing.kerberos import CLIENT, KerberosKafka
 from aiokprod.testing.pytest_plugin import KERBEROS_REAUTH_MS, in_ci
@@ -202,7 +202,12 @@ def skewed_kdc(kafka_kerberos: KerberosKafka) -> Iterator[LocalKdc]:
         database_of=kafka_kerberos.kdc,
         kdc_timesync=False,
     )
-    kdc.start()
+    try:
+        kdc.start()
+    except LocalKafkaError as exc:  # libfaketime missing (.ci/run installs it)
+        if in_ci():
+            raise
+        pytest.skip(f"no KDC off the clock: {exc}")
     try:
         yield kdc
     finally:
@@ -316,7 +321,7 @@ async def test_a_hung_kdc_never_blocks_the_loop(
     assert "timed out after 1000 ms" in str(info.value), str(info.value)
     assert silent.accepted, "the client asked the silent KDC"
     # A GSS call on the loop would have stalled it for the KDC's whole timeout (~25-50 s).
-    assert worst < 2.0, f"the loop stalled for {worst:.2f} s"
+    assert worst < 5.0, f"the loop stalled for {worst:.2f} s"
 
 
 # --- tickets that expire --------------------------------------------------------------------
