@@ -29,6 +29,10 @@ class ConfigError(KafkaError, ValueError):
     """A producer option has a wrong type, an impossible value or conflicts with another."""
 
 
+class KerberosUnavailableError(ConfigError):
+    """``sasl_mechanism="GSSAPI"`` without the ``gssapi`` package: ``aiokprod[gssapi]``."""
+
+
 class ProtocolError(KafkaError):
     """Bytes that do not follow the Kafka protocol: truncated, malformed or hostile input.
 

@@ -13,6 +13,10 @@ here unless ``--bootstrap``):
   refreshes: the broker is slow at each partition's first append, records queue up over
   thousands of partitions.
 
+- ``storm-gssapi``, ``storm-gssapi-inline``, ``storm-scram``, ``storm-plain``: no records,
+  50 connections authenticating at once (:mod:`benchmarks.auth_storm`; on a local Kafka with
+  GSSAPI listeners and an MIT KDC, which is then started instead).
+
 Per row: the ticker's worst and p99 lateness, records delivered within the window and by
 the end (a flush of at most 60 s), and the producer process's CPU. Run it with one build
 after the other (``.venv/bin/python`` / ``.venv-mypyc/bin/python``), on the same broker::
@@ -250,9 +254,17 @@ def main() -> None:
     parser.add_argument("--small", default=None, help="an existing 6-partition topic")
     parser.add_argument("--large", default=None, help="an existing 8,000-partition topic")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--connections", type=int, default=50, help="of the storm rows")
     args = parser.parse_args()
     from aiokprod.testing import LocalKafka
 
+    rows = args.rows.split(",")
+    storms = [row for row in rows if row.startswith("storm-")]
+    if storms:
+        run_storms(storms, args.connections, args.repeat)
+        rows = [row for row in rows if row not in storms]
+        if not rows:
+            return
     kafka = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -264,7 +276,7 @@ def main() -> None:
         small = args.small or topics.create(f"tick6-{uuid.uuid4().hex[:6]}", 6)
         large = args.large or topics.create(f"tick8k-{uuid.uuid4().hex[:6]}", 8000)
         for _ in range(args.repeat):
-            for row in args.rows.split(","):
+            for row in rows:
                 r = run_row(topics, row, small, large, args)
                 results.append(r)
                 print(
@@ -283,6 +295,21 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump([asdict(r) for r in results], out, indent=2)
+
+
+def run_storms(rows: list[str], connections: int, repeat: int) -> None:
+    """The storm rows, on a Kerberos-enabled local Kafka of their own."""
+    from benchmarks.auth_storm import describe, run_storm_row, start_kerberos_kafka
+
+    kafka = start_kerberos_kafka()
+    try:
+        topic = f"storm-{uuid.uuid4().hex[:6]}"
+        kafka.create_topic(topic, 6)
+        for _ in range(repeat):
+            for row in rows:
+                print(describe(run_storm_row(kafka, row, topic, connections)), flush=True)
+    finally:
+        kafka.stop()
 
 
 if __name__ == "__main__":

@@ -8,20 +8,28 @@ default that conflicts with an explicit option.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from aiokprod.errors import ConfigError
+from aiokprod.errors import ConfigError, KerberosUnavailableError
 from aiokprod.protocol.compression import codec_for_name
 
 #: The broker keeps the last five batches per producer and partition for duplicate checks.
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5
 _SSL_FILE_OPTIONS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+_KERBEROS_OPTIONS = (
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+    "sasl_kerberos_principal",
+    "sasl_kerberos_keytab",
+)
 _SASL_OPTIONS = (
     "sasl_mechanism",
     "sasl_plain_username",
     "sasl_plain_password",
     "sasl_oauth_token_provider",
+    *_KERBEROS_OPTIONS,
 )
 
 Default = Callable[[str], Any]
@@ -140,6 +148,12 @@ def check_sasl(values: dict[str, Any]) -> None:
     if not uses_sasl:
         return
     mechanism = values.get("sasl_mechanism", "PLAIN")
+    if mechanism == "GSSAPI":
+        check_gssapi(values)
+        return
+    kerberos = [n for n in _KERBEROS_OPTIONS if n in values]
+    if kerberos:
+        raise ConfigError(f"{', '.join(kerberos)} apply to sasl_mechanism GSSAPI only")
     if mechanism == "OAUTHBEARER":
         if values.get("sasl_oauth_token_provider") is None:
             raise ConfigError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")
@@ -152,3 +166,23 @@ def check_sasl(values: dict[str, Any]) -> None:
         raise ConfigError(f"sasl_mechanism {mechanism} needs {' and '.join(missing)}")
     if values.get("sasl_oauth_token_provider") is not None:
         raise ConfigError(f"sasl_oauth_token_provider does not apply to {mechanism}")
+
+
+def check_gssapi(values: dict[str, Any]) -> None:
+    """GSSAPI takes no password or token, and needs the ``gssapi`` package (an extra)."""
+    stray = [
+        n
+        for n in ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
+        if n in values
+    ]
+    if stray:
+        raise ConfigError(
+            f"{', '.join(stray)} do not apply to GSSAPI: Kerberos takes its credentials from "
+            "the ticket cache (kinit) or a keytab (sasl_kerberos_keytab)"
+        )
+    if importlib.util.find_spec("gssapi") is None:
+        raise KerberosUnavailableError(
+            "sasl_mechanism GSSAPI needs the 'gssapi' package (MIT Kerberos bindings): "
+            "pip install 'aiokprod[gssapi]' (it builds against libkrb5-dev; Debian/Ubuntu: "
+            "apt-get install libkrb5-dev)"
+        )

@@ -28,7 +28,7 @@ from aiokprod.types import ProducerInterceptor
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**62  # "no practical limit" for durations and byte counts
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 PARTITIONERS = ("builtin", "murmur3", "round_robin")
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1, -1: -1, 0: 0, 1: 1}
 
@@ -225,6 +225,14 @@ def non_empty_str(name: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise ConfigError(f"{name} must be a non-empty str")
     return value
+
+
+def kerberos_name_part(name: str, value: object) -> str | None:
+    """One component of a Kerberos principal (a service or host name): no ``/`` or ``@``."""
+    text = non_empty_str(name, value)
+    if text is not None and ("/" in text or "@" in text or text != text.strip()):
+        raise ConfigError(f"{name} must be one principal component (no '/', '@' or blanks)")
+    return text
 
 
 def acks(name: str, value: object) -> int:

@@ -379,8 +379,9 @@ class ProducerConfig:
         check=c.upper_one_of(c.SASL_MECHANISMS),
         group=_SECURITY,
         java="sasl.mechanism",
-        accepts='Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]',
-        doc='`"PLAIN"`, `"SCRAM-SHA-256"`, `"SCRAM-SHA-512"` or `"OAUTHBEARER"`.',
+        accepts='Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]',
+        doc='`"PLAIN"`, `"SCRAM-SHA-256"`, `"SCRAM-SHA-512"`, `"OAUTHBEARER"` or `"GSSAPI"` '
+        "(Kerberos; needs `pip install 'aiokprod[gssapi]'`).",
     )
     sasl_plain_username: str | None = option(
         default=None,
@@ -406,6 +407,36 @@ class ProducerConfig:
         secret=True,
         doc="For OAUTHBEARER: an async function returning a bearer token; awaited for each "
         "connection.",
+    )
+    sasl_kerberos_service_name: str = option(
+        default="kafka",
+        check=c.kerberos_name_part,
+        group=_SECURITY,
+        java="sasl.kerberos.service.name",
+        doc="GSSAPI: the service part of the brokers' principals (`kafka/host@REALM`).",
+    )
+    sasl_kerberos_domain_name: str | None = option(
+        default=None,
+        check=c.kerberos_name_part,
+        group=_SECURITY,
+        doc="GSSAPI: the host part of the brokers' principals for every broker. Default: the "
+        "host each connection goes to, as written (bootstrap, then advertised), no DNS.",
+    )
+    sasl_kerberos_principal: str | None = option(
+        default=None,
+        check=c.non_empty_str,
+        group=_SECURITY,
+        java_note="sasl.jaas.config (principal)",
+        doc="GSSAPI: the client principal. Default: the ticket cache's, or the keytab's first.",
+    )
+    sasl_kerberos_keytab: str | None = option(
+        default=None,
+        check=c.file_path,
+        group=_SECURITY,
+        java_note="sasl.jaas.config (keyTab)",
+        accepts="str | os.PathLike[str] | None",
+        doc="GSSAPI: a keytab to get (and renew) tickets from. Default: the ticket cache "
+        "(`kinit`, `KRB5CCNAME`), then `KRB5_CLIENT_KTNAME`.",
     )
 
     # --- Serialization and hooks ----------------------------------------------------------

@@ -65,10 +65,14 @@ class ProducerOptions(TypedDict, total=False):
     ssl_keyfile: str | os.PathLike[str] | None
     ssl_password: str | Secret | None
     ssl_check_hostname: bool
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
     sasl_plain_username: str | None
     sasl_plain_password: str | Secret | None
     sasl_oauth_token_provider: TokenProvider | None
+    sasl_kerberos_service_name: str
+    sasl_kerberos_domain_name: str | None
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_keytab: str | os.PathLike[str] | None
     key_serializer: Serializer | None
     value_serializer: Serializer | None
     interceptors: Sequence[ProducerInterceptor] | None

@@ -1,4 +1,4 @@
-"""SASL authentication of a fresh broker connection: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER.
+"""SASL authentication of a fresh broker connection: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER, GSSAPI.
 
 The :class:`SaslAuthenticator` is the connection's ``Authenticator`` hook: it runs right after
 ApiVersions, inside the connection's setup timeout, and does what the Java client's
@@ -21,6 +21,9 @@ iterations must lie in Kafka's range (4096-16384), and the server's signature is
 The salted password (PBKDF2) is computed in a worker thread and cached per salt and
 iteration count, so many connections cost one derivation and the loop never stalls on it.
 
+GSSAPI (Kerberos) is :mod:`aiokprod.net.kerberos`: its exchange runs the GSS library in worker
+threads and is handed the SaslAuthenticate round trip (:meth:`SaslAuthenticator.exchange`).
+
 Secrets stay out of logs and messages: nothing here logs tokens or passwords, errors name the
 mechanism and the user only, and broker messages are scrubbed of the secret before use.
 """
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING
 from aiokprod.config import ProducerConfig, Secret, TokenProvider
 from aiokprod.errors import AuthenticationError, UnsupportedVersionError, error_for_code
 from aiokprod.logs import get_logger
+from aiokprod.net.kerberos import KerberosLogin, KerberosSettings
 from aiokprod.net.security import (
     OAuthTokenError,
     SaslAuthenticationError,
@@ -220,6 +224,7 @@ class SaslAuthenticator:
         username: PLAIN/SCRAM user.
         password: PLAIN/SCRAM password.
         token_provider: OAUTHBEARER: awaited on every connection for the current token.
+        kerberos: GSSAPI: the ``sasl_kerberos_*`` options (default: all defaults).
     """
 
     def __init__(
@@ -229,13 +234,20 @@ class SaslAuthenticator:
         username: str | None = None,
         password: Secret | None = None,
         token_provider: TokenProvider | None = None,
+        kerberos: KerberosSettings | None = None,
     ) -> None:
         if mechanism in ("PLAIN", *_SCRAM_HASHES) and (username is None or password is None):
             raise ValueError(f"{mechanism} needs a username and a password")
         if mechanism == "OAUTHBEARER" and token_provider is None:
             raise ValueError("OAUTHBEARER needs a token provider")
-        if mechanism not in ("PLAIN", "OAUTHBEARER", *_SCRAM_HASHES):
+        if mechanism not in ("PLAIN", "OAUTHBEARER", "GSSAPI", *_SCRAM_HASHES):
             raise ValueError(f"unsupported SASL mechanism {mechanism!r}")
+        self._kerberos: KerberosLogin | None = None
+        if mechanism == "GSSAPI":
+            # Imports the gssapi package: KerberosUnavailableError when it is missing.
+            kerberos = kerberos or KerberosSettings()
+            self._kerberos = KerberosLogin(kerberos)
+            username = kerberos.principal
         self.mechanism = mechanism
         self.username = username
         self._password = password
@@ -263,6 +275,8 @@ class SaslAuthenticator:
             )
         elif mechanism == "OAUTHBEARER":
             response = await self._oauthbearer(conn)
+        elif self._kerberos is not None:
+            response = await self._kerberos.authenticate(conn, self.exchange)
         else:
             response = await self._scram(conn)
         conn.set_session_lifetime(response.session_lifetime_ms)
@@ -290,9 +304,16 @@ class SaslAuthenticator:
             raise AuthenticationError("SaslHandshake answered with another message")
         if response.error_code == UNSUPPORTED_SASL_MECHANISM:
             enabled = tuple(response.mechanisms)
+            hint = ""
+            if self.mechanism == "GSSAPI":
+                hint = (
+                    " (a broker offers GSSAPI with it in the listener's sasl.enabled.mechanisms "
+                    "and a Krb5LoginModule entry in its sasl.jaas.config)"
+                )
             raise SaslMechanismError(
                 f"node {conn.node_id} ({conn.host}:{conn.port}) does not enable SASL mechanism "
-                f"{self.mechanism} on this listener; it offers {', '.join(enabled) or 'none'}",
+                f"{self.mechanism} on this listener; it offers {', '.join(enabled) or 'none'}"
+                f"{hint}",
                 enabled,
             )
         if response.error_code:
@@ -301,12 +322,17 @@ class SaslAuthenticator:
                 f"SaslHandshake for {self.mechanism} refused by node {conn.node_id}: {error}"
             )
 
-    async def _authenticate(
-        self, conn: BrokerConnection, token: bytes, *, stage: str
-    ) -> SaslAuthenticateResponse:
+    async def exchange(self, conn: BrokerConnection, token: bytes) -> SaslAuthenticateResponse:
+        """One SaslAuthenticate round trip; the response, whatever its error code."""
         response = await conn.handshake_request(SaslAuthenticateRequest(auth_bytes=token))
         if not isinstance(response, SaslAuthenticateResponse):  # pragma: no cover
             raise AuthenticationError("SaslAuthenticate answered with another message")
+        return response
+
+    async def _authenticate(
+        self, conn: BrokerConnection, token: bytes, *, stage: str
+    ) -> SaslAuthenticateResponse:
+        response = await self.exchange(conn, token)
         if response.error_code:
             raise self._rejected(conn, response, stage)
         return response
@@ -421,9 +447,18 @@ def sasl_authenticator(config: ProducerConfig) -> SaslAuthenticator | None:
     """The authenticator ``config`` asks for, or None for a protocol without SASL."""
     if not config.security_protocol.startswith("SASL_"):
         return None
+    kerberos = None
+    if config.sasl_mechanism == "GSSAPI":
+        kerberos = KerberosSettings(
+            service_name=config.sasl_kerberos_service_name,
+            domain_name=config.sasl_kerberos_domain_name,
+            principal=config.sasl_kerberos_principal,
+            keytab=config.sasl_kerberos_keytab,
+        )
     return SaslAuthenticator(
         config.sasl_mechanism,
         username=config.sasl_plain_username,
         password=config.sasl_plain_password,
         token_provider=config.sasl_oauth_token_provider,
+        kerberos=kerberos,
     )

@@ -9,7 +9,8 @@ as it is.
 
 The error classes extend :class:`aiokprod.errors.AuthenticationError`, so one ``except``
 catches every credential or handshake failure, and each says what went wrong without ever
-quoting a secret.
+quoting a secret. The Kerberos ones (SASL/GSSAPI, :mod:`aiokprod.net.kerberos`) are defined
+here; an unreachable KDC is a retriable connection error instead, like an unreachable broker.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ssl
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
     ConfigError,
+    KafkaConnectionError,
     OAuthTokenError,
     SaslAuthenticationError,
     SaslMechanismError,
@@ -29,6 +31,12 @@ from aiokprod.errors import (
 )
 
 __all__ = [
+    "KerberosClockSkewError",
+    "KerberosCredentialsError",
+    "KerberosError",
+    "KerberosKdcUnreachableError",
+    "KerberosKeytabError",
+    "KerberosPrincipalNotFoundError",
     "OAuthTokenError",
     "SaslAuthenticationError",
     "SaslMechanismError",
@@ -38,6 +46,86 @@ __all__ = [
     "SslCertificateError",
     "build_ssl_context",
 ]
+
+
+# --- Kerberos (SASL/GSSAPI) -------------------------------------------------------------------
+
+
+class KerberosError(SaslAuthenticationError):
+    """Kerberos (SASL/GSSAPI) authentication failed; the message says what to fix.
+
+    Also what a broker's rejection of a Kerberos ticket raises. ``username`` is the client
+    principal (when known).
+
+    Attributes:
+        service_principal: the broker principal asked for (``kafka/host@REALM``), if known.
+        host: the host it was made from (the host connected to, or
+            ``sasl_kerberos_domain_name``).
+        gss_message: the GSS library's own words, if it failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        username: str | None = None,
+        service_principal: str | None = None,
+        host: str | None = None,
+        gss_message: str | None = None,
+        broker_message: str | None = None,
+    ) -> None:
+        super().__init__(
+            message, mechanism="GSSAPI", username=username, broker_message=broker_message
+        )
+        self.service_principal = service_principal
+        self.host = host
+        self.gss_message = gss_message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = (self.username, self.service_principal, self.host, self.gss_message)
+        return (_rebuild_kerberos_error, (type(self), str(self), *fields, self.broker_message))
+
+
+def _rebuild_kerberos_error(
+    cls: type[KerberosError],
+    message: str,
+    username: str | None,
+    service_principal: str | None,
+    host: str | None,
+    gss_message: str | None,
+    broker_message: str | None,
+) -> KerberosError:
+    return cls(
+        message,
+        username=username,
+        service_principal=service_principal,
+        host=host,
+        gss_message=gss_message,
+        broker_message=broker_message,
+    )
+
+
+class KerberosCredentialsError(KerberosError):
+    """No usable Kerberos credentials: none, expired ones, or a principal the KDC refuses.
+
+    The message says what to do: ``kinit``, or a keytab for a service.
+    """
+
+
+class KerberosPrincipalNotFoundError(KerberosError):
+    """The KDC has no such broker (service) principal: see ``service_principal`` and ``host``."""
+
+
+class KerberosClockSkewError(KerberosError):
+    """This machine's clock and the KDC's (or the broker's) differ by more than allowed."""
+
+
+class KerberosKeytabError(KerberosError):
+    """The keytab does not match the KDC: a stale key, or no key for the principal."""
+
+
+class KerberosKdcUnreachableError(KafkaConnectionError):
+    """No KDC of the realm answered; retried like an unreachable broker."""
 
 
 def _no_password() -> str:

@@ -80,6 +80,7 @@ _SASL_MODULES = {
     "org.apache.kafka.common.security.plain.plainloginmodule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.scramloginmodule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
 }
+_KRB5_MODULE = "com.sun.security.auth.module.krb5loginmodule"
 _JAAS = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", re.S)
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)')
 _TRUE = frozenset({"true", "yes", "on", "1"})
@@ -325,20 +326,23 @@ def _partitioner(raw_name: str, text: str) -> str:
 def _jaas(raw_name: str, text: str, options: Mapping[str, str]) -> dict[str, Any]:
     """``sasl.jaas.config`` (PLAIN or SCRAM login module) to username and password.
 
-    Never echoes the text: it holds the password.
+    Kerberos' ``Krb5LoginModule`` becomes GSSAPI with its ``principal`` and, with
+    ``useKeyTab=true``, its ``keyTab``. Never echoes the text: it may hold a password.
     """
     match = _JAAS.match(text)
     module = match.group(1).lower() if match else ""
     mechanisms = _SASL_MODULES.get(module)
-    if match is None or mechanisms is None:
+    if match is None or (mechanisms is None and module != _KRB5_MODULE):
         raise ConfigError(
-            f"option {raw_name}: only PlainLoginModule and ScramLoginModule are understood "
-            "(the value is not shown: it holds a credential)"
+            f"option {raw_name}: only PlainLoginModule, ScramLoginModule and Krb5LoginModule "
+            "are understood (the value is not shown: it may hold a credential)"
         )
     values = {
         m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3))
         for m in _JAAS_OPTION.finditer(match.group(3))
     }
+    if mechanisms is None:
+        return _krb5_jaas(raw_name, values, options)
     if "username" not in values or "password" not in values:
         raise ConfigError(f'option {raw_name}: needs username="..." and password="..."')
     mechanism = options.get("kafka.sasl.mechanism", mechanisms[0]).upper()
@@ -352,3 +356,17 @@ def _jaas(raw_name: str, text: str, options: Mapping[str, str]) -> dict[str, Any
         "sasl_plain_username": unescape.sub(r"\1", values["username"]),
         "sasl_plain_password": Sealed(unescape.sub(r"\1", values["password"])),
     }
+
+
+def _krb5_jaas(
+    raw_name: str, values: Mapping[str, str], options: Mapping[str, str]
+) -> dict[str, Any]:
+    """``Krb5LoginModule``'s ``principal`` and ``keyTab`` as the GSSAPI options."""
+    if options.get("kafka.sasl.mechanism", "GSSAPI").upper() != "GSSAPI":
+        raise ConfigError(f"option {raw_name}: Krb5LoginModule is for kafka.sasl.mechanism=GSSAPI")
+    typed: dict[str, Any] = {"sasl_mechanism": "GSSAPI"}
+    if "principal" in values:
+        typed["sasl_kerberos_principal"] = values["principal"]
+    if values.get("usekeytab", "").lower() == "true" and "keytab" in values:
+        typed["sasl_kerberos_keytab"] = values["keytab"]
+    return typed

@@ -5,6 +5,9 @@
 * ``exec [--nodes N] [--topic ...]... -- CMD ARGS...`` checks that CMD can be found, starts
   Kafka, runs CMD with ``KAFKA_BOOTSTRAP_SERVERS`` set, stops Kafka and exits with CMD's exit
   code.
+* ``--kerberos`` (``run``, ``exec``): a :class:`~aiokprod.testing.kerberos.KerberosKafka`, whose
+  SASL listeners offer GSSAPI, with a KDC of its own; the realm's environment (krb5.conf, a
+  client keytab, the GSSAPI listener) is printed by ``run`` and set for ``exec``'s CMD.
 * ``fetch`` only downloads the jars (e.g. to warm a CI cache).
 * ``classpath`` prints the Java classpath of the jars (downloading them if needed).
 
@@ -40,6 +43,7 @@ from aiokprod.testing.distribution import (
     kafka_version,
 )
 from aiokprod.testing.errors import LocalKafkaError
+from aiokprod.testing.kerberos import KerberosKafka, cli_environ
 
 EXIT_KAFKA_FAILED = 3
 #: ``exec``: the command cannot be found (the shells' code for "command not found").
@@ -130,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="server.properties entry for every node (repeatable)",
         )
         sub.add_argument(
+            "--kerberos",
+            action="store_true",
+            help="SASL listeners with GSSAPI and an MIT KDC of their own (needs krb5-kdc, "
+            "krb5-admin-server, krb5-user)",
+        )
+        sub.add_argument(
             "--startup-timeout",
             type=float,
             default=DEFAULT_STARTUP_TIMEOUT,
@@ -161,7 +171,7 @@ def _start(args: argparse.Namespace) -> LocalKafka:
         raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
     began = time.monotonic()
     _fetch_with_progress(args.kafka_version)
-    kafka = LocalKafka(
+    kafka = (KerberosKafka if args.kerberos else LocalKafka)(
         nodes=args.nodes,
         version=args.kafka_version,
         broker_config=dict(args.broker_config),
@@ -289,6 +299,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kafka = _start(args)
     try:
         print(f"BOOTSTRAP={kafka.bootstrap_servers}", flush=True)
+        for name, value in cli_environ(kafka).items():
+            print(f"{name}={value}", flush=True)
         for node_id, address in kafka.nodes.items():
             _info(f"node {node_id}: {address.bootstrap} (log: {kafka.log_path(node_id)})")
         _info("press Ctrl-C to stop")
@@ -318,7 +330,7 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         return EXIT_COMMAND_NOT_FOUND
     kafka = _start(args)
     try:
-        env = {**os.environ, BOOTSTRAP_ENV: kafka.bootstrap_servers}
+        env = {**os.environ, BOOTSTRAP_ENV: kafka.bootstrap_servers, **cli_environ(kafka)}
         _info(f"{BOOTSTRAP_ENV}={kafka.bootstrap_servers}; running {' '.join(command)}")
         try:
             child = subprocess.Popen(command, env=env)

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -36,7 +36,7 @@ from aiokprod.testing.distribution import (
     ensure_tools_distribution,
 )
 from aiokprod.testing.errors import LocalKafkaError
-from aiokprod.testing.java import find_java, run_java_tool
+from aiokprod.testing.java import default_jvm_flags, find_java, run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
 from aiokprod.testing.node import KafkaNode
 from aiokprod.testing.security import SASL_USERS, SECURITY_LISTENERS, scram_format_args
@@ -82,6 +82,9 @@ class LocalKafka:
             of :mod:`aiokprod.testing.security`, with a generated test CA (see
             :attr:`ca_file`, :attr:`pki`), PLAIN and SCRAM users (:attr:`sasl_users`) and
             OAUTHBEARER with Kafka's unsecured token validator. Needs ``cryptography``.
+        jvm_args: more JVM flags for every node (system properties such as
+            ``-Djava.security.krb5.conf=...``), kept across :meth:`start_node`.
+        env: environment variables added to every node's JVM, kept across restarts.
     """
 
     def __init__(
@@ -96,6 +99,8 @@ class LocalKafka:
         work_dir: str | Path | None = None,
         keep_data: bool = False,
         security: bool = False,
+        jvm_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -108,6 +113,8 @@ class LocalKafka:
         self.work_dir = Path(work_dir) if work_dir is not None else None
         self.keep_data = keep_data
         self.security = security
+        self.jvm_args = tuple(jvm_args)
+        self.env = dict(env or {})
         self.sasl_users: dict[str, str] = dict(SASL_USERS) if security else {}
         """PLAIN and SCRAM users (name -> password) when ``security`` is on."""
         self._pki: TestPki | None = None
@@ -392,6 +399,8 @@ class LocalKafka:
         timeout: float = 120.0,
         input: str | None = None,
         jvm_flags: tuple[str, ...] | None = None,
+        extra_jvm_flags: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a Java main class from :attr:`tools_distribution`; logging goes to stderr.
 
@@ -405,15 +414,18 @@ class LocalKafka:
 
         The exit code is not checked. Raises ``LocalKafkaError`` if it runs over ``timeout``.
         Perf tools (``ProducerPerformance``...) get full-JIT flags unless ``jvm_flags`` says
-        otherwise; see :func:`aiokprod.testing.java.default_jvm_flags`.
+        otherwise; see :func:`aiokprod.testing.java.default_jvm_flags`. ``extra_jvm_flags``
+        are added to those (system properties), ``env`` to the tool's environment.
         """
+        flags = jvm_flags if jvm_flags is not None else default_jvm_flags(main_class)
         return run_java_tool(
             self.tools_distribution,
             main_class,
             *args,
             timeout=timeout,
             input=input,
-            jvm_flags=jvm_flags,
+            jvm_flags=(*flags, *extra_jvm_flags),
+            env=env,
         )
 
     # --- internals -------------------------------------------------------------------------
@@ -447,6 +459,8 @@ class LocalKafka:
             sasl_users=self.sasl_users,
             heap_min=self.heap_min,
             heap_max=self.heap_max,
+            jvm_args=self.jvm_args,
+            env=self.env,
         )
         format_all(
             list(self._nodes.values()),

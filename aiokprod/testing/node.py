@@ -16,9 +16,11 @@ terminal reaches only Python, which then stops the brokers in order; see
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from aiokprod.testing import reaper
@@ -60,6 +62,8 @@ class KafkaNode:
         properties: the complete ``server.properties`` entries.
         heap_min: ``-Xms`` value.
         heap_max: ``-Xmx`` value.
+        jvm_args: more JVM flags (system properties...), kept for every start of the node.
+        env: environment variables added to the JVM's, kept for every start of the node.
     """
 
     def __init__(
@@ -71,6 +75,8 @@ class KafkaNode:
         *,
         heap_min: str = "256m",
         heap_max: str = "512m",
+        jvm_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.dist = dist
         self.address = address
@@ -78,6 +84,8 @@ class KafkaNode:
         self.properties = dict(properties)
         self.heap_min = heap_min
         self.heap_max = heap_max
+        self.jvm_args = tuple(jvm_args)
+        self.env = dict(env or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._run_offset = 0  # where the current run's output starts in server.log
         self._scan_offset = 0  # how far the current run's output was searched
@@ -171,6 +179,7 @@ class KafkaNode:
             *BROKER_JVM_FLAGS,
             logging_jvm_flag(self.dist.logging, self.logging_config_path),
             f"-Dkafka.logs.dir={self.node_dir}",
+            *self.jvm_args,
             "-cp",
             self.dist.classpath,
             "kafka.Kafka",
@@ -187,6 +196,7 @@ class KafkaNode:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=self.node_dir,
+                    env={**os.environ, **self.env} if self.env else None,
                     start_new_session=True,
                 )
             except OSError as exc:
@@ -263,10 +273,11 @@ class KafkaNode:
             raise LocalKafkaError(f"node {self.node_id} was never started")
         code = process.poll()
         if code is not None:
+            output = self._read_log(self._run_offset, _TAIL_BYTES).decode("utf-8", "replace")
             raise error_with_output(
                 f"Kafka node {self.node_id} exited with code {code} while starting "
-                f"(log: {self.log_path})",
-                self._read_log(self._run_offset, _TAIL_BYTES).decode("utf-8", "replace"),
+                f"(log: {self.log_path}){first_errors(output)}",
+                output,
             )
 
     def wait_ready(self, deadline: float, poll_interval: float = 0.2) -> None:
@@ -286,10 +297,12 @@ class KafkaNode:
 
     def not_ready_error(self) -> LocalKafkaError:
         """The error for a node that did not become ready in time, with its log tail."""
+        output = self._read_log(self._run_offset, _TAIL_BYTES).decode("utf-8", "replace")
         return error_with_output(
             f"Kafka node {self.node_id} did not log '{STARTED_MESSAGE}' and accept "
-            f"connections on {self.address.bootstrap} in time (log: {self.log_path})",
-            self._read_log(self._run_offset, _TAIL_BYTES).decode("utf-8", "replace"),
+            f"connections on {self.address.bootstrap} in time (log: {self.log_path})"
+            f"{first_errors(output)}",
+            output,
         )
 
     def log_tail(self, lines: int = 40) -> str:
@@ -308,3 +321,20 @@ class KafkaNode:
                 return log.read()
         except OSError:
             return b""
+
+
+def first_errors(log: str, limit: int = 8) -> str:
+    """The first ``ERROR`` and ``Caused by`` lines of a log, as a message suffix (or ``""``).
+
+    A broker that fails to start logs the reason first and shutdown noise after it, so the
+    tail of the log alone often misses what went wrong (a JAAS or Kerberos login error).
+    """
+    picked: list[str] = []
+    for line in log.splitlines():
+        if " ERROR " in line or line.lstrip().startswith("Caused by:"):
+            picked.append(line.strip()[:400])
+            if len(picked) == limit:
+                break
+    if not picked:
+        return ""
+    return "; first errors:\n" + "\n".join(f"    {line}" for line in picked)

@@ -17,6 +17,10 @@ Fixtures:
   listeners too (``LocalKafka(security=True)``: test CA, PLAIN/SCRAM users, OAUTHBEARER with
   unsecured tokens), started only if a test asks for it. Create topics with
   ``kafka_secure.create_topic``; the PLAINTEXT listener is there for admin and read-back.
+* ``kafka_kerberos`` (session): a :class:`~aiokprod.testing.kerberos.KerberosKafka`, one
+  secure node whose SASL listeners offer GSSAPI too, with its own MIT KDC on loopback (a
+  throwaway realm; needs the Debian krb5 packages), started only if a test asks for it.
+  GSSAPI sessions on its SASL_SSL listener last :data:`KERBEROS_REAUTH_MS` (KIP-368).
 
 Tests that use the single broker are marked ``broker``, tests that use the cluster
 ``cluster`` (``pytest -m "not broker and not cluster"`` runs without Java).
@@ -44,6 +48,7 @@ import pytest
 
 from aiokprod.testing.cluster import LocalKafka
 from aiokprod.testing.errors import LocalKafkaError
+from aiokprod.testing.kerberos import KerberosKafka
 
 #: The shared cluster is where fault tests kill and restart brokers: notice a dead broker in
 #: 3 s instead of 9 (it leaves the ISR then), and let a restarted one register sooner.
@@ -52,7 +57,9 @@ CLUSTER_CONFIG = {
     "broker.heartbeat.interval.ms": "500",
     "replica.lag.time.max.ms": "10000",
 }
-_BROKER_FIXTURES = frozenset({"kafka", "new_topic", "kafka_secure"})
+#: How long a GSSAPI session lasts on ``kafka_kerberos``'s SASL_SSL listener (re-authentication).
+KERBEROS_REAUTH_MS = 4000
+_BROKER_FIXTURES = frozenset({"kafka", "new_topic", "kafka_secure", "kafka_kerberos"})
 _CLUSTER_FIXTURES = frozenset({"kafka_cluster", "new_cluster_topic"})
 _UNSAFE_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
@@ -188,6 +195,25 @@ def kafka_secure() -> Iterator[LocalKafka]:
         instance = LocalKafka(security=True).start()
     except LocalKafkaError as exc:
         message = f"could not start a local Kafka node with security listeners: {exc}"
+    else:
+        try:
+            yield instance
+        finally:
+            instance.stop()
+        return
+    if in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kafka_kerberos() -> Iterator[KerberosKafka]:
+    """A local Kafka node with GSSAPI listeners and its own KDC, shared by the session."""
+    reauth = {"listener.name.sasl_ssl.gssapi.connections.max.reauth.ms": str(KERBEROS_REAUTH_MS)}
+    try:
+        instance = KerberosKafka(broker_config=reauth).start()
+    except LocalKafkaError as exc:
+        message = f"could not start a local Kafka node with a Kerberos realm: {exc}"
     else:
         try:
             yield instance

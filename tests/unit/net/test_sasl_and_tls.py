@@ -326,7 +326,7 @@ async def test_sasl_options_validated_and_hidden() -> None:
             "needs sasl_plain_password",
         ),
         (
-            {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"},
+            {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "AWS_MSK_IAM"},
             "sasl_mechanism must be one of",
         ),
         (

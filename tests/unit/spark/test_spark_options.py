@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import re
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +96,31 @@ def test_jaas_config_becomes_username_and_sealed_password() -> None:
     assert isinstance(password, Sealed)
     assert unseal(password) == 'p4ss"word'
     assert "p4ss" not in repr(sink) + repr(options) + str(password) + f"{password}"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("gssapi") is None, reason="the gssapi extra is not installed"
+)
+def test_krb5_login_module_becomes_gssapi_with_principal_and_keytab(tmp_path: Path) -> None:
+    keytab = tmp_path / "etl.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    jaas = (
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        f'storeKey=true keyTab="{keytab}" principal="etl@EXAMPLE.COM";'
+    )
+    base = {
+        **BOOT,
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.kerberos.service.name": "kafka",
+        "kafka.sasl.jaas.config": jaas,
+    }
+    options = parse_sink_options(base).producer_options
+    assert options["sasl_mechanism"] == "GSSAPI"
+    assert options["sasl_kerberos_principal"] == "etl@EXAMPLE.COM"
+    assert options["sasl_kerberos_keytab"] == str(keytab)
+    assert options["sasl_kerberos_service_name"] == "kafka"
+    with pytest.raises(ConfigError, match=r"Krb5LoginModule is for kafka\.sasl\.mechanism=GSSAPI"):
+        parse_sink_options({**base, "kafka.sasl.mechanism": "PLAIN"})
 
 
 def test_secrets_never_appear_in_errors_or_reprs() -> None:
