@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import warnings
 from pathlib import Path
 
 from setuptools import build_meta as _setuptools
@@ -42,6 +43,9 @@ __all__ = [
 #: The compiler of the compiled build, pinned: the C code of a release depends on it. Raise
 #: it by hand; `make wheels` and `make test-compiled` then build and test with the new one.
 MYPYC_REQUIRES = ("mypy==2.4.1",)
+
+#: The start of setuptools' note on every editable install (silenced: see build_editable).
+EDITABLE_NOTE = r"\s*Editable installation\."
 
 ConfigSettings = dict[str, str | list[str] | None] | None
 
@@ -77,7 +81,7 @@ def build_editable(
     config_settings: ConfigSettings = None,
     metadata_directory: str | None = None,
 ) -> str:
-    """An editable install, always pure Python: refused when asked to compile.
+    """An editable install, always pure Python (refused when asked to compile), quietly.
 
     Compiled in place, the extension modules would land in the source tree beside the
     ``.py`` files and shadow every later edit of them.
@@ -87,5 +91,12 @@ def build_editable(
             "AIOKPROD_MYPYC=1 builds wheels; an editable install is always pure Python "
             "(docs/compiled.md): unset AIOKPROD_MYPYC, or install a wheel"
         )
-    result: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    with warnings.catch_warnings():
+        # setuptools' "Editable installation." note warns that a folder named like the
+        # package in the working folder may shadow it; here that folder is the package
+        # itself. pip shows it as a BuildBackendWarning on every `make` that installs.
+        warnings.filterwarnings("ignore", message=EDITABLE_NOTE)
+        result: str = _setuptools.build_editable(
+            wheel_directory, config_settings, metadata_directory
+        )
     return result

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tomllib
+import warnings
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -180,3 +181,13 @@ def test_the_guard_finds_an_installed_file_that_is_not_the_wheels(
     assert "3f2a__mypyc.so is not the file in" in guard.installed_differs(wheel, site)
     (site / "aiokprod/a.py").unlink()
     assert "aiokprod/a.py of" in guard.installed_differs(wheel, site)
+
+
+def test_an_editable_install_is_quiet(backend: ModuleType, tmp_path: Path) -> None:
+    # pip showed setuptools' "Editable installation." note as a BuildBackendWarning on every
+    # `make demo`/`make test` that installs the package (issue 39); the backend silences it.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wheel = backend.build_editable(str(tmp_path))
+    assert (tmp_path / wheel).is_file()
+    assert [str(w.message) for w in caught if "Editable installation" in str(w.message)] == []
