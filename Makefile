@@ -137,7 +137,8 @@ docs-check: docs
 	$(PY) docs/check_site.py --self-test
 	$(PY) docs/check_site.py site
 
-## kafka: run a local single-node Apache Kafka until Ctrl-C
+## kafka: run a local single-node Apache Kafka on 127.0.0.1:9092 (a free port, said, when
+##        9092 is taken; python -m aiokprod.testing run --port N for another) until Ctrl-C
 kafka: $(STAMP)
 	$(PY) -m aiokprod.testing run
 
