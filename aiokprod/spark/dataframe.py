@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import ConfigError
-from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.columns import check_schema
 from aiokprod.spark.committer import Committer
 from aiokprod.spark.eos_records import transactional_id
-from aiokprod.spark.exactly_once import AT_LEAST_ONCE, ExactlyOnceTask, TaskAction, TaskResult
+from aiokprod.spark.exactly_once import AT_LEAST_ONCE, ExactlyOnceConfig, TaskAction, TaskResult
 from aiokprod.spark.options import guarantee_options, seal_secrets
+from aiokprod.spark.partition_writer import PartitionWriter
 from aiokprod.spark.results import PartitionResult, SparkWriteError
 from aiokprod.types import PreparedTransaction
 
@@ -98,7 +98,7 @@ def write_dataframe(
     # fail on the driver, not later
     ProducerConfig.from_options(bootstrap_servers, **options, **transactional)
     columns = check_schema(df.schema, topic)
-    eos = None if prefix is None else ExactlyOnceTask(prefix, streaming=False)
+    eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming=False)
     writer = PartitionWriter(
         bootstrap_servers, _shippable(options), topic, close_timeout=close_timeout, exactly_once=eos
     )

@@ -3,7 +3,7 @@
 Every function here is synchronous and pure: what the driver and a task do given what they
 read. The names and records they store in Kafka (transactional ids, groups, markers, the
 commit decision) are in :mod:`aiokprod.spark.eos_records`; the round trips in
-:mod:`aiokprod.spark.committer` (driver) and :mod:`aiokprod.spark.arrow` (tasks).
+:mod:`aiokprod.spark.committer` (driver) and :mod:`aiokprod.spark.transactional_write` (tasks).
 
 The protocol, for a sink with ``transactionalIdPrefix`` *P*:
 
@@ -45,7 +45,7 @@ __all__ = [
     "EXACTLY_ONCE",
     "GUARANTEES",
     "CommitPlan",
-    "ExactlyOnceTask",
+    "ExactlyOnceConfig",
     "MicroBatch",
     "RecoveryPlan",
     "TaskAction",
@@ -90,8 +90,8 @@ def check_prefix(prefix: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ExactlyOnceTask:
-    """What a task needs to write exactly once (part of the writer pickled to the executors).
+class ExactlyOnceConfig:
+    """The sink's exactly-once settings, as a task needs them (pickled inside the writer).
 
     Attributes:
         prefix: the sink's ``transactionalIdPrefix``.

@@ -1,14 +1,20 @@
-"""What a Spark partition reports: counts and the first error."""
+"""What a Spark partition reports: counts and the first error, and the tally that makes them."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import KafkaError
 from aiokprod.types import PreparedTransaction
 
-__all__ = ["PartitionResult", "SparkWriteError"]
+if TYPE_CHECKING:
+    from aiokprod import DeliveryFuture
+    from aiokprod.internals.bulk import BulkDelivery  # what send_many returns
+
+__all__ = ["PartitionResult", "SparkWriteError", "Tally"]
 
 #: How many failing partitions an error message lists one by one.
 _LISTED_PARTITIONS = 20
@@ -105,3 +111,80 @@ def describe_failure(results: Sequence[PartitionResult]) -> str:
     if first is not None:
         lines.append(f"first error (partition {first.partition}): {first.error}")
     return "\n".join(lines)
+
+
+class Tally:
+    """Counts of one partition while it is written.
+
+    Bulk deliveries still pending, per-record callbacks, the first error; :meth:`result`
+    turns them into a :class:`PartitionResult`.
+    """
+
+    __slots__ = (
+        "accounted_in_batch",
+        "delivered",
+        "failed_records",
+        "first_error",
+        "not_sent",
+        "pending",
+        "pending_rows",
+        "rows",
+    )
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.delivered = 0
+        self.failed_records = 0
+        self.not_sent = 0
+        self.first_error: str | None = None
+        self.pending: collections.deque[BulkDelivery] = collections.deque()
+        self.pending_rows = 0  # per-record sends not yet called back
+        self.accounted_in_batch = 0
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a failure stopped the partition (the rows after it are not sent)."""
+        return self.first_error is not None
+
+    def fail(self, records: int, error: BaseException) -> None:
+        """``records`` failed; the first error is kept."""
+        self.failed_records += records
+        if self.first_error is None:
+            self.first_error = f"{type(error).__name__}: {error}"
+
+    def on_done(self, delivery: DeliveryFuture) -> None:
+        """The done-callback of a record sent one by one."""
+        self.pending_rows -= 1
+        error = delivery.exception()
+        if error is None:
+            self.delivered += 1
+        else:
+            self.fail(1, error)
+
+    def result(self, index: int, attempt: int, **extra: Any) -> PartitionResult:
+        """The partition's counts."""
+        return PartitionResult(
+            index,
+            self.rows,
+            self.delivered,
+            self.rows - self.delivered - self.not_sent,
+            self.not_sent,
+            self.first_error,
+            attempt,
+            **extra,
+        )
+
+    def collect(self, final: bool = False) -> None:
+        """Count the bulk deliveries that completed (all of them when ``final``)."""
+        pending = self.pending
+        while pending and (final or pending[0].done()):
+            bulk = pending.popleft()
+            if not bulk.done():  # the producer closed without an answer for these
+                self.fail(len(bulk), TimeoutError("not acknowledged when the producer closed"))
+                continue
+            errors = bulk.errors()
+            self.delivered += len(bulk) - len(errors)
+            if errors:
+                self.fail(len(errors), errors[0][1])
+        if final and self.pending_rows and self.first_error is None:
+            self.first_error = "TimeoutError: not acknowledged when the producer closed"

@@ -26,11 +26,11 @@ from pyspark.sql.datasource import (
 )
 
 from aiokprod.errors import ConfigError
-from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.columns import check_schema
 from aiokprod.spark.committer import Committer
-from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch, TaskAction, TaskResult
+from aiokprod.spark.exactly_once import ExactlyOnceConfig, MicroBatch, TaskAction, TaskResult
 from aiokprod.spark.options import parse_sink_options, unseal
+from aiokprod.spark.partition_writer import PartitionWriter
 from aiokprod.spark.results import PartitionResult, SparkWriteError
 
 __all__ = ["FORMAT", "AiokprodDataSource", "PartitionCommitMessage"]
@@ -79,7 +79,7 @@ class AiokprodDataSource(DataSource):
         sink = parse_sink_options(self.options)
         check_schema(schema, sink.topic)
         prefix = sink.transactional_id_prefix
-        eos = None if prefix is None else ExactlyOnceTask(prefix, streaming)
+        eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming)
         writer = PartitionWriter(
             sink.bootstrap_servers, sink.producer_options, sink.topic, exactly_once=eos
         )

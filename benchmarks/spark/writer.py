@@ -1,13 +1,13 @@
 """``python -m benchmarks.spark.writer``: the data source's task without Spark.
 
-Feeds :class:`aiokprod.spark.arrow.PartitionWriter` (what one Spark task runs) Arrow batches
-built in this process and reports, per million records, the CPU seconds this process (the
-producer) and the broker spent, and the producer's Produce request count. With ``--java``
-Apache Kafka's own perf tool (``ProducerPerformance``, the Java client Spark's sink uses)
-writes the same number of records to the same broker, interleaved, so the broker's CPU per
-record can be compared between the two clients. Settings as ``benchmarks.spark``: acks=all,
-idempotence on, linger 5 ms, batch 16 KiB; a fresh 6-partition topic per run, created
-before the first run.
+Feeds :class:`aiokprod.spark.partition_writer.PartitionWriter` (what one Spark task runs)
+Arrow batches built in this process and reports, per million records, the CPU seconds this
+process (the producer) and the broker spent, and the producer's Produce request count. With
+``--java`` Apache Kafka's own perf tool (``ProducerPerformance``, the Java client Spark's sink
+uses) writes the same number of records to the same broker, interleaved, so the broker's CPU
+per record can be compared between the two clients. Settings as ``benchmarks.spark``:
+acks=all, idempotence on, linger 5 ms, batch 16 KiB; a fresh 6-partition topic per run,
+created before the first run.
 
 This is a measuring tool for the speed work (issue 14), not part of the suite's table.
 """
@@ -43,7 +43,7 @@ def _cpu(pid: int) -> tuple[float, float]:
 def _aiokprod(bootstrap: str, topic: str, batches: list[Any]) -> dict[str, Any]:
     from aiokprod.lifecycle import ProducerLifecycle
     from aiokprod.producer import Producer
-    from aiokprod.spark.arrow import PartitionWriter
+    from aiokprod.spark.partition_writer import PartitionWriter
 
     seen: dict[str, float] = {}
     close = Producer.close

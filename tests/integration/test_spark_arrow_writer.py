@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 from readback import consume_all
 
-from aiokprod.spark.arrow import PartitionWriter
+from aiokprod.spark.partition_writer import PartitionWriter
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import in_ci
 

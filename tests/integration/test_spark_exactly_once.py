@@ -449,12 +449,12 @@ def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_t
     batch 3 are written."""
     import pyarrow as pa
 
-    from aiokprod.spark.arrow import PartitionWriter
-    from aiokprod.spark.exactly_once import ExactlyOnceTask, MicroBatch
+    from aiokprod.spark.exactly_once import ExactlyOnceConfig, MicroBatch
+    from aiokprod.spark.partition_writer import PartitionWriter
 
     topic, p = new_topic(partitions=1), prefix()
     bootstrap = kafka.bootstrap_servers
-    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceTask(p, True))
+    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceConfig(p, True))
     committer = Committer(bootstrap, {}, p, streaming=True)
 
     def run(query: str, batch: int, values: list[str]) -> Any:

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from aiokprod import ConfigError
-from aiokprod.spark.arrow import PartitionWriter
 from aiokprod.spark.options import Sealed, is_secret, parse_sink_options, unseal
+from aiokprod.spark.partition_writer import PartitionWriter
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -245,8 +245,8 @@ def test_exactly_once_mistakes_name_the_option(options: dict[str, str], message:
 
 
 def test_the_writer_of_an_exactly_once_sink_pickles_with_its_prefix() -> None:
-    from aiokprod.spark.exactly_once import ExactlyOnceTask
+    from aiokprod.spark.exactly_once import ExactlyOnceConfig
 
-    writer = PartitionWriter("b:9092", {}, "t", exactly_once=ExactlyOnceTask("orders", True))
+    writer = PartitionWriter("b:9092", {}, "t", exactly_once=ExactlyOnceConfig("orders", True))
     copy = pickle.loads(pickle.dumps(writer))
-    assert copy.exactly_once == ExactlyOnceTask("orders", True)
+    assert copy.exactly_once == ExactlyOnceConfig("orders", True)

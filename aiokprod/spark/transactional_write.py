@@ -1,6 +1,6 @@
 """A task's side of exactly-once writes: the partition in one transaction, prepared.
 
-:meth:`PartitionWriter.write <aiokprod.spark.arrow.PartitionWriter.write>` calls
+:meth:`PartitionWriter.write <aiokprod.spark.partition_writer.PartitionWriter.write>` calls
 :func:`write_transaction` when the sink writes exactly once. The steps (docs/spark.md,
 "Exactly-once"; the decisions are :mod:`aiokprod.spark.exactly_once`'s):
 
@@ -21,48 +21,50 @@ so a retry never duplicates.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokprod.admin import Admin
 from aiokprod.producer import Producer
+from aiokprod.spark.batches import first_rows
 from aiokprod.spark.eos_records import marker, marker_group, transactional_id
-from aiokprod.spark.exactly_once import MicroBatch, TaskAction, decide_task
-from aiokprod.spark.results import PartitionResult
+from aiokprod.spark.exactly_once import ExactlyOnceConfig, MicroBatch, TaskAction, decide_task
+from aiokprod.spark.results import PartitionResult, Tally
+from aiokprod.spark.send_arrow import close_producer, send_all
 from aiokprod.types import PreparedTransaction, TopicPartition
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from aiokprod.spark.arrow import PartitionWriter, _Tally
-
 __all__ = ["write_transaction"]
 
 
 async def write_transaction(
-    writer: PartitionWriter,
+    eos: ExactlyOnceConfig,
+    bootstrap_servers: str | Sequence[str],
+    options: dict[str, Any],
+    fixed_topic: str | None,
+    close_timeout: float | None,
     index: int,
     attempt: int,
     batches: AsyncIterator[pa.RecordBatch],
-    tally: _Tally,
+    tally: Tally,
     micro_batch: MicroBatch | None,
 ) -> PartitionResult:
-    """Write the partition in a transaction and prepare it (see the module's steps)."""
-    from aiokprod.spark.arrow import first_rows
+    """Write the partition in a transaction and prepare it (see the module's steps).
 
-    eos = writer.exactly_once
-    if eos is None:  # pragma: no cover - the caller checks
-        raise ValueError("write_transaction() needs a writer with exactly_once")
+    ``options`` are the producer's (credentials unsealed); ``fixed_topic`` the sink's
+    ``topic`` option.
+    """
     if eos.streaming and micro_batch is None:
         tally.fail(0, _no_micro_batch())
         return tally.result(index, attempt)
     first, batches = await first_rows(batches)
     if first is None:
         return tally.result(index, attempt)
-    topic = writer.topic if writer.topic is not None else _first_topic(first)
-    options = writer.producer_options(index)
-    options["transactional_id"] = transactional_id(eos.prefix, index)
-    producer = Producer(writer.bootstrap_servers, **options)
+    topic = fixed_topic if fixed_topic is not None else _first_topic(first)
+    options = dict(options, transactional_id=transactional_id(eos.prefix, index))
+    producer = Producer(bootstrap_servers, **options)
     prepared = None
     action = TaskAction.WRITE
     try:
@@ -70,14 +72,14 @@ async def write_transaction(
             await producer.start()
             if micro_batch is not None and topic is not None:
                 action = await _marker_action(
-                    writer, options, topic, eos.prefix, index, micro_batch
+                    bootstrap_servers, options, topic, eos.prefix, index, micro_batch
                 )
             if action is TaskAction.SKIP:
                 await _count_skipped(batches, tally)
             else:
                 prepared = await _write_and_prepare(
-                    writer,
                     producer,
+                    fixed_topic,
                     batches,
                     tally,
                     topic,
@@ -90,7 +92,7 @@ async def write_transaction(
         if prepared is None and action is TaskAction.WRITE:
             await _abort_quietly(producer)
     finally:
-        await writer.close_producer(producer, tally)
+        await close_producer(producer, tally, close_timeout)
         tally.collect(final=True)
     if tally.stopped:  # a failed close after the prepare: the driver must not commit it
         prepared = None
@@ -100,10 +102,10 @@ async def write_transaction(
 
 
 async def _write_and_prepare(
-    writer: PartitionWriter,
     producer: Producer,
+    fixed_topic: str | None,
     batches: AsyncIterator[pa.RecordBatch],
-    tally: _Tally,
+    tally: Tally,
     topic: str | None,
     group: str,
     micro_batch: MicroBatch | None,
@@ -113,7 +115,7 @@ async def _write_and_prepare(
     None after a failed row (the caller aborts).
     """
     await producer.begin_transaction()
-    await writer.send_all(producer, batches, tally)
+    await send_all(producer, fixed_topic, batches, tally)
     if tally.stopped:
         return None
     if micro_batch is not None and topic is not None:
@@ -126,7 +128,7 @@ async def _write_and_prepare(
 
 
 async def _marker_action(
-    writer: PartitionWriter,
+    bootstrap_servers: str | Sequence[str],
     options: dict[str, Any],
     topic: str,
     prefix: str,
@@ -139,21 +141,21 @@ async def _marker_action(
     only those with a committed offset, so a marker still being committed would go unseen.
     """
     admin_options = {k: v for k, v in options.items() if k != "transactional_id"}
-    async with Admin(writer.bootstrap_servers, **admin_options) as admin:
+    async with Admin(bootstrap_servers, **admin_options) as admin:
         offsets = await admin.list_consumer_group_offsets(
             marker_group(prefix, index), [TopicPartition(topic, 0)], require_stable=True
         )
     return decide_task(1, offsets, micro_batch.query_id, micro_batch.batch_id)
 
 
-async def _count_skipped(batches: AsyncIterator[pa.RecordBatch], tally: _Tally) -> None:
+async def _count_skipped(batches: AsyncIterator[pa.RecordBatch], tally: Tally) -> None:
     """A replayed partition that committed already: read its batches, count them delivered."""
     async for batch in batches:
         tally.rows += batch.num_rows
     tally.delivered = tally.rows
 
 
-async def _count_rest(batches: AsyncIterator[pa.RecordBatch], tally: _Tally) -> None:
+async def _count_rest(batches: AsyncIterator[pa.RecordBatch], tally: Tally) -> None:
     """After a failure: read what is left of the partition and count it not sent."""
     async for batch in batches:
         tally.rows += batch.num_rows
