@@ -39,7 +39,7 @@ test: $(STAMP)
 ##         symbol newer than 2.17 fails), then all checked by tools/check_wheels.py
 ##         (tools/build_wheels.py; ~3 min, two builds at a time)
 WHEELS_STAMP  := dist/.built
-WHEEL_SOURCES := pyproject.toml setup.py MANIFEST.in README.md CHANGELOG.md \
+WHEEL_SOURCES := pyproject.toml setup.py MANIFEST.in README.md CHANGELOG.md pyspark_aiokprod.py \
 	build_backend/aiokprod_build.py tools/build_wheels.py tools/check_wheels.py tools/pythons.py \
 	$(shell find aiokprod -name '*.py')
 $(WHEELS_STAMP): $(STAMP) $(WHEEL_SOURCES)
@@ -97,7 +97,7 @@ test-under-load: $(STAMP)
 ##       and on the release tooling (tools/, the build backend); actionlint on the release
 ##       workflow (built once from the Go module proxy into .venv/bin: needs go) and
 ##       tools/check_release.py on its cibuildwheel settings (docs/compiled.md, "Releasing")
-LINTED := aiokprod tests examples benchmarks tools build_backend docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
+LINTED := aiokprod pyspark_aiokprod.py tests examples benchmarks tools build_backend docs/gen_config.py docs/check_site.py docs/griffe_sphinx_roles.py
 ACTIONLINT := $(VENV)/bin/actionlint
 $(ACTIONLINT): | $(STAMP)
 	GOBIN=$(abspath $(VENV)/bin) go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
@@ -105,7 +105,7 @@ $(ACTIONLINT): | $(STAMP)
 lint: $(BENCH_STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
-	$(VENV)/bin/mypy --strict aiokprod examples
+	$(VENV)/bin/mypy --strict aiokprod pyspark_aiokprod.py examples
 	$(VENV)/bin/mypy tests
 	$(VENV)/bin/mypy benchmarks
 	MYPYPATH=tools $(VENV)/bin/mypy --strict tools/build_wheels.py tools/check_wheels.py \
@@ -141,7 +141,8 @@ docs-check: docs
 	$(PY) docs/check_site.py --self-test
 	$(PY) docs/check_site.py site
 
-## kafka: run a local single-node Apache Kafka until Ctrl-C
+## kafka: run a local single-node Apache Kafka on 127.0.0.1:9092 (a free port, said, when
+##        9092 is taken; python -m aiokprod.testing run --port N for another) until Ctrl-C
 kafka: $(STAMP)
 	$(PY) -m aiokprod.testing run
 

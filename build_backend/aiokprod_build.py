@@ -9,13 +9,19 @@ from the sdist works either way (docs/compiled.md, "Building it yourself")::
     pip wheel aiokprod-0.1.0.tar.gz                    # the pure-Python wheel
     AIOKPROD_MYPYC=1 pip wheel aiokprod-0.1.0.tar.gz   # the compiled wheel for this Python
 
-and a pure build never downloads mypy. ``setup.py`` decides what is compiled.
+and a pure build never downloads mypy. ``setup.py`` decides what is compiled. An editable
+install also gets real copies of the top-level modules PySpark discovers
+(:data:`DISCOVERED_MODULES`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import tomllib
+import warnings
+import zipfile
 from pathlib import Path
 
 from setuptools import build_meta as _setuptools
@@ -42,6 +48,15 @@ __all__ = [
 #: The compiler of the compiled build, pinned: the C code of a release depends on it. Raise
 #: it by hand; `make wheels` and `make test-compiled` then build and test with the new one.
 MYPYC_REQUIRES = ("mypy==2.4.1",)
+
+#: The start of setuptools' note on every editable install (silenced: see build_editable).
+EDITABLE_NOTE = r"\s*Editable installation\."
+
+#: Top-level modules an editable install carries as files, not through setuptools' import
+#: finder: PySpark discovers data sources with ``pkgutil.iter_modules()``, which lists files
+#: on ``sys.path`` and not what a finder maps. Each only imports from the package, so the
+#: copy never goes stale with the source tree.
+DISCOVERED_MODULES = ("pyspark_aiokprod.py",)
 
 ConfigSettings = dict[str, str | list[str] | None] | None
 
@@ -77,7 +92,7 @@ def build_editable(
     config_settings: ConfigSettings = None,
     metadata_directory: str | None = None,
 ) -> str:
-    """An editable install, always pure Python: refused when asked to compile.
+    """An editable install, always pure Python (refused when asked to compile), quietly.
 
     Compiled in place, the extension modules would land in the source tree beside the
     ``.py`` files and shadow every later edit of them.
@@ -87,5 +102,31 @@ def build_editable(
             "AIOKPROD_MYPYC=1 builds wheels; an editable install is always pure Python "
             "(docs/compiled.md): unset AIOKPROD_MYPYC, or install a wheel"
         )
-    result: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    with warnings.catch_warnings():
+        # setuptools' "Editable installation." note warns that a folder named like the
+        # package in the working folder may shadow it; here that folder is the package
+        # itself. pip shows it as a BuildBackendWarning on every `make` that installs.
+        warnings.filterwarnings("ignore", message=EDITABLE_NOTE)
+        result: str = _setuptools.build_editable(
+            wheel_directory, config_settings, metadata_directory
+        )
+    add_to_wheel(Path(wheel_directory) / result, [Path(m) for m in DISCOVERED_MODULES])
     return result
+
+
+def add_to_wheel(wheel: Path, files: list[Path]) -> None:
+    """Put ``files`` at the root of ``wheel``, each with its line in the wheel's RECORD."""
+    with zipfile.ZipFile(wheel) as old:
+        members = [(info, old.read(info)) for info in old.infolist()]
+    added = []
+    for path in files:
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        added.append((path.name, data, f"{path.name},sha256={digest.decode()},{len(data)}\n"))
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as new:
+        for name, data, _ in added:
+            new.writestr(name, data)
+        for info, data in members:
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = "".join(line for _, _, line in added).encode() + data
+            new.writestr(info, data)

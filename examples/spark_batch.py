@@ -20,8 +20,6 @@ import sys
 
 from pyspark.sql import DataFrame, SparkSession
 
-import aiokprod.spark
-
 
 def clicks(spark: SparkSession, rows: int, partitions: int = 8) -> DataFrame:
     """A DataFrame shaped like Spark's Kafka sink input: key, value and headers."""
@@ -32,7 +30,7 @@ def clicks(spark: SparkSession, rows: int, partitions: int = 8) -> DataFrame:
 
 
 def run(spark: SparkSession, bootstrap_servers: str, topic: str, rows: int) -> None:
-    aiokprod.spark.register(spark)  # once per session: format("aiokprod")
+    # format("aiokprod") is found by Spark where aiokprod is installed (no register needed)
     (
         clicks(spark, rows)
         .write.format("aiokprod")
@@ -50,12 +48,16 @@ def main() -> int:
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors use this Python
-    spark = (
-        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("aiokprod-spark-batch")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    master = os.environ.get("SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.master(master).appName("aiokprod-spark-batch")
+    builder = builder.config("spark.ui.enabled", "false")
+    if master.startswith("local"):
+        # All on this machine: Spark's driver on loopback (unset, it takes the machine's
+        # outward address when the host name resolves to 127.0.0.1)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    spark = builder.getOrCreate()
     try:
         run(spark, bootstrap, topic, rows)
     finally:

@@ -4,10 +4,15 @@
 transaction that the driver commits once every task succeeded: consumers reading with
 ``isolation.level=read_committed`` see each row once - none of a failed job, all of a
 committed micro-batch, also across task retries and a restart from the checkpoint
-(docs/spark.md, "Exactly-once"). Run it::
+(docs/spark.md, "Exactly-once"). Run it (``pip install 'aiokprod[spark]'``, Java 17+) with
+the project's local Kafka; it takes about a minute (a local Kafka and Spark start first)::
 
     python -m aiokprod.testing exec --topic orders:6 -- \
-        python examples/spark_exactly_once.py orders 15
+        python examples/spark_exactly_once.py orders 5
+
+``orders`` is the topic, ``5`` the seconds the stream runs. Locally Spark stays on 127.0.0.1;
+the stream's checkpoint is a temporary folder removed at the end (``CHECKPOINT=/path`` keeps
+one, for a restart).
 
 The stream uses the ``rate-micro-batch`` source: a micro-batch replayed under the same batch
 id gives every Spark partition the same rows, which exactly-once needs (a replayable source,
@@ -16,14 +21,13 @@ deterministic expressions).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
-
-import aiokprod.spark
 
 #: Unique to this sink, stable across restarts: transactional ids are "<prefix>-<partition>".
 PREFIX = "example-orders"
@@ -71,27 +75,34 @@ def main() -> int:
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 15.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors use this Python
-    spark = (
-        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("aiokprod-spark-exactly-once")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    aiokprod.spark.register(spark)  # once per session: format("aiokprod")
-    checkpoint = os.environ.get("CHECKPOINT") or tempfile.mkdtemp(prefix="aiokprod-ckpt-")
-    try:
-        batch = spark.range(10_000, numPartitions=4).selectExpr(
-            "cast(id AS string) AS key", "concat('batch-', cast(id AS string)) AS value"
+    master = os.environ.get("SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.master(master).appName("aiokprod-spark-exactly-once")
+    builder = builder.config("spark.ui.enabled", "false")
+    if master.startswith("local"):
+        # All on this machine: Spark's driver on loopback (unset, it takes the machine's
+        # outward address when the host name resolves to 127.0.0.1)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    spark = builder.getOrCreate()
+    # $CHECKPOINT keeps the query's progress for a restart; else a folder removed at the end
+    with contextlib.ExitStack() as cleanup:
+        checkpoint = os.environ.get("CHECKPOINT") or cleanup.enter_context(
+            tempfile.TemporaryDirectory(prefix="aiokprod-ckpt-")
         )
-        write_atomically(batch, bootstrap, topic)
-        print(f"committed 10000 rows to {topic!r} in one atomic batch write")
-        query = start_stream(spark, bootstrap, topic, checkpoint)
-        query.awaitTermination(int(seconds))
-        query.stop()
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
-        print(f"streamed {rows} rows to {topic!r} exactly once (checkpoint: {checkpoint})")
-    finally:
-        spark.stop()
+        try:
+            batch = spark.range(10_000, numPartitions=4).selectExpr(
+                "cast(id AS string) AS key", "concat('batch-', cast(id AS string)) AS value"
+            )
+            write_atomically(batch, bootstrap, topic)
+            print(f"committed 10000 rows to {topic!r} in one atomic batch write")
+            query = start_stream(spark, bootstrap, topic, checkpoint)
+            query.awaitTermination(int(seconds))
+            query.stop()
+            rows = sum(p["numInputRows"] for p in query.recentProgress)
+            print(f"streamed {rows} rows to {topic!r} exactly once")
+        finally:
+            spark.stop()
     return 0
 
 

@@ -9,6 +9,7 @@ was not committed (at-least-once, as with Spark's own Kafka sink). Run it::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -16,14 +17,11 @@ import tempfile
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-import aiokprod.spark
-
 
 def start(
     spark: SparkSession, bootstrap_servers: str, topic: str, checkpoint: str
 ) -> StreamingQuery:
     """Start streaming the rate source into ``topic`` (1,000 rows/s, a micro-batch a second)."""
-    aiokprod.spark.register(spark)  # once per session: format("aiokprod")
     return (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1000)
@@ -46,21 +44,29 @@ def main() -> int:
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors use this Python
-    spark = (
-        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("aiokprod-spark-streaming")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    checkpoint = os.environ.get("CHECKPOINT") or tempfile.mkdtemp(prefix="aiokprod-ckpt-")
-    try:
-        query = start(spark, bootstrap, topic, checkpoint)
-        query.awaitTermination(int(seconds))
-        query.stop()
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
-        print(f"streamed {rows} rows to {topic!r} (checkpoint: {checkpoint})")
-    finally:
-        spark.stop()
+    master = os.environ.get("SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.master(master).appName("aiokprod-spark-streaming")
+    builder = builder.config("spark.ui.enabled", "false")
+    if master.startswith("local"):
+        # All on this machine: Spark's driver on loopback (unset, it takes the machine's
+        # outward address when the host name resolves to 127.0.0.1)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    spark = builder.getOrCreate()
+    # $CHECKPOINT keeps the query's progress for a restart; else a folder removed at the end
+    with contextlib.ExitStack() as cleanup:
+        checkpoint = os.environ.get("CHECKPOINT") or cleanup.enter_context(
+            tempfile.TemporaryDirectory(prefix="aiokprod-ckpt-")
+        )
+        try:
+            query = start(spark, bootstrap, topic, checkpoint)
+            query.awaitTermination(int(seconds))
+            query.stop()
+            rows = sum(p["numInputRows"] for p in query.recentProgress)
+            print(f"streamed {rows} rows to {topic!r}")
+        finally:
+            spark.stop()
     return 0
 
 

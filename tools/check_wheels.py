@@ -6,7 +6,8 @@
 
 One version, built from one source:
 
-- the sdist, ``aiokprod-<version>.tar.gz``: every ``aiokprod`` source file and what building
+- the sdist, ``aiokprod-<version>.tar.gz``: every ``aiokprod`` source file, the top-level
+  ``pyspark_aiokprod.py`` (PySpark's discovery of ``format("aiokprod")``) and what building
   needs (``pyproject.toml``, ``setup.py``, the build backend); no extension module;
 - the pure-Python wheel, ``py3-none-any``: no extension module, every source file;
 - one compiled wheel per ``--python`` (none without), tagged ``cpXY-cpXY-manylinux_2_17_<arch>``
@@ -51,6 +52,8 @@ BUILD_FILES = frozenset(
         "PKG-INFO",
     }
 )
+#: top-level modules every release file carries beside the package (a source file each)
+TOP_LEVEL_MODULES = frozenset({"pyspark_aiokprod.py"})
 #: the manylinux floor of the compiled wheels: glibc 2.17 (manylinux2014)
 GLIBC_FLOOR = (2, 17)
 # "aiokprod/net/connection" + ".cpython-312-x86_64-linux-gnu" + ".so" (".cp312-win_amd64.pyd")
@@ -70,10 +73,13 @@ def listed_modules(setup_py: Path) -> list[str]:
 
 
 def source_files(package: Path) -> set[str]:
-    """The package's files a wheel must carry: every ``.py`` file and ``py.typed``."""
+    """The files a wheel must carry: the package's sources, and the modules beside it.
+
+    Every ``.py`` file of ``package`` and its ``py.typed``, and :data:`TOP_LEVEL_MODULES`.
+    """
     files = {p for p in package.rglob("*.py") if "__pycache__" not in p.parts}
     files.add(package / "py.typed")
-    return {p.relative_to(package.parent).as_posix() for p in files}
+    return {p.relative_to(package.parent).as_posix() for p in files} | TOP_LEVEL_MODULES
 
 
 def extension_module(name: str) -> str | None:

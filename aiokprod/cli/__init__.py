@@ -34,17 +34,45 @@ from aiokprod.cli.options import UsageError, build_parser
 from aiokprod.cli.perf import run_perf
 from aiokprod.cli.produce import open_input, run_produce
 from aiokprod.errors import ConfigError, KafkaError
+from aiokprod.logs import EVENT_ATTR, FIELDS_ATTR, ROOT_LOGGER
 
 __all__ = ["main"]
 
 
-def _configure_logging(verbose: int) -> None:
+class _CommandLogFormatter(logging.Formatter):
+    """aiokprod's warnings in the command's words: ``aiokprod perf: warning: EVENT (k=v)``."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self._command = command
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = getattr(record, EVENT_ATTR, None) or record.getMessage()
+        fields: dict[str, object] = getattr(record, FIELDS_ATTR, None) or {}
+        details = ", ".join(f"{k}={v}" for k, v in fields.items() if k != "exception")
+        line = f"aiokprod {self._command}: {record.levelname.lower()}: {event}"
+        return f"{line} ({details})" if details else line
+
+
+def _configure_logging(verbose: int, command: str) -> logging.Handler | None:
+    """``-v``: every logger at INFO (``-vv`` DEBUG) on stderr; without: aiokprod's warnings.
+
+    Without ``-v`` the library's NullHandler (:mod:`aiokprod.logs`) would keep its warnings
+    (a broker that cannot be reached) from the user; the command shows them in its own
+    format instead of raw ``event='...'`` lines.
+    """
     if verbose:
         logging.basicConfig(
             stream=sys.stderr,
             level=logging.DEBUG if verbose > 1 else logging.INFO,
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
         )
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_CommandLogFormatter(command))
+    logging.getLogger(ROOT_LOGGER).addHandler(handler)
+    return handler
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -60,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose)
+    handler = _configure_logging(args.verbose, args.command)
     try:
         if args.command == "produce":
             with open_input(args.file) as stream:
@@ -74,3 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(f"{args.command}: {type(exc).__name__}: {exc}", 1)
     except KeyboardInterrupt:
         _fail(f"{args.command}: interrupted", 130)
+    finally:
+        if handler is not None:
+            logging.getLogger(ROOT_LOGGER).removeHandler(handler)

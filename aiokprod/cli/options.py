@@ -8,12 +8,17 @@ option table (aiokprod/config/table.py) types each option; the commands themselv
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 from pathlib import Path
 
 from aiokprod.compiled import describe_build
-from aiokprod.config import OPTIONS, ProducerConfig, option_for_java_name, option_from_text
+from aiokprod.config import (
+    OPTIONS,
+    ProducerConfig,
+    did_you_mean,
+    option_for_java_name,
+    option_from_text,
+)
 from aiokprod.errors import ConfigError
 from aiokprod.producer import Producer
 
@@ -51,9 +56,7 @@ def parse_option(assignment: str) -> tuple[str, object]:
     if name in _NOT_FROM_CLI:
         raise UsageError(f"-X {name}: {_NOT_FROM_CLI[name]}")
     if name not in OPTIONS:
-        close = difflib.get_close_matches(name, list(OPTIONS), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UsageError(f"-X {name}: not a producer option{hint}")
+        raise UsageError(f"-X {raw}: not a producer option{did_you_mean(raw, OPTIONS)}")
     if OPTIONS[name].text_type is None:
         raise UsageError(
             f"-X {name}: takes a Python object; it cannot be set from the command line"

@@ -86,13 +86,28 @@ async def _lines(stream: IO[bytes]) -> typing.AsyncIterator[list[bytes]]:
         yield [rest[:-1] if rest.endswith(b"\r") else rest]
 
 
+def _shown(separator: bytes) -> str:
+    """The key separator as the user typed it (quoted; escaped only if unprintable)."""
+    text = separator.decode("utf-8", "backslashreplace")
+    return f"'{text}'" if text.isprintable() else repr(text)
+
+
+@dataclasses.dataclass
+class _Stop:
+    """Why the run stopped at a line: that line's record was not sent, nor any after it."""
+
+    line: int
+    short: str  # for the summary: "no key separator ':'", "MetadataTimeoutError"
+    detail: str  # for stderr: the whole reason
+
+
 async def run_produce(args: argparse.Namespace, stream: IO[bytes], out: IO[str]) -> int:
     """Run ``aiokprod produce`` on the lines of ``stream``; returns the exit code."""
     outcome = _Outcome()
     headers = args.header or None
     separator: bytes | None = args.key_separator
     line_number = 0
-    stopped: str | None = None
+    stopped: _Stop | None = None
     started = time.perf_counter()
     producer = make_producer(args, "aiokprod-cli-produce")
     async with producer:
@@ -106,12 +121,15 @@ async def run_produce(args: argparse.Namespace, stream: IO[bytes], out: IO[str])
                 if separator is not None:
                     key, sep, value = line.partition(separator)
                     if not sep:
-                        stopped = f"line {line_number} has no key separator {separator!r}"
+                        why = f"no key separator {_shown(separator)}"
+                        stopped = _Stop(line_number, why, f"line {line_number} has {why}")
                         break
                 try:
                     delivery = await send(args.topic, value, key, args.partition, None, headers)
                 except KafkaError as exc:
-                    stopped = f"line {line_number} was not accepted: {type(exc).__name__}: {exc}"
+                    name = type(exc).__name__
+                    detail = f"line {line_number} could not be sent: {name}: {exc}"
+                    stopped = _Stop(line_number, name, detail)
                     break
                 delivery.add_done_callback(callback)
             if stopped:
@@ -121,16 +139,23 @@ async def run_produce(args: argparse.Namespace, stream: IO[bytes], out: IO[str])
     total = outcome.delivered + outcome.failed
     if not args.quiet:
         rate = total / elapsed if elapsed > 0 else 0.0
+        # the counts the exit code follows: a record not sent counts as much as a failed one
+        not_sent = (
+            f", 1 not sent (line {stopped.line}: {stopped.short}; the run stopped there)"
+            if stopped
+            else ""
+        )
         print(
             f"produced {outcome.delivered} record(s) to {args.topic!r}, {outcome.failed} "
-            f"failed, in {elapsed:.2f} s ({rate:,.0f} records/s)",
+            f"failed{not_sent}, in {elapsed:.2f} s ({rate:,.0f} records/s)",
             file=out,
         )
     if outcome.first_error is not None:
         error = outcome.first_error
         print(f"aiokprod produce: first failure: {type(error).__name__}: {error}", file=sys.stderr)
     if stopped:
-        print(f"aiokprod produce: stopped: {stopped}", file=sys.stderr)
+        after = "the lines after it, if any, were not sent"
+        print(f"aiokprod produce: stopped: {stopped.detail}; {after}", file=sys.stderr)
     return 1 if stopped or outcome.failed else 0
 
 

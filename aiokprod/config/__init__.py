@@ -33,6 +33,8 @@ from aiokprod.config.spec import (
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     Option,
+    closest_option,
+    did_you_mean,
     parse_bootstrap_servers,
 )
 from aiokprod.config.table import OPTIONS, ProducerConfig
@@ -58,7 +60,9 @@ __all__ = [
     "Secret",
     "Serializer",
     "TokenProvider",
+    "closest_option",
     "describe_options",
+    "did_you_mean",
     "option_for_java_name",
     "option_from_text",
     "parse_bootstrap_servers",
@@ -100,7 +104,7 @@ def option_from_text(name: str, text: str) -> object:
     """
     spec = OPTIONS.get(name)
     if spec is None:
-        raise ConfigError(f"unknown producer option: {name}")
+        raise ConfigError(f"unknown producer option: {name}{did_you_mean(name, OPTIONS)}")
     kind = spec.text_type
     if kind is None:
         raise ConfigError(f"{name} takes a Python object; it cannot be given as text")

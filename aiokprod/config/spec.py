@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import difflib
 import os
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast, dataclass_transform, overload
 
 from aiokprod.config.secret import Secret
@@ -177,6 +178,30 @@ def collect(cls: type) -> dict[str, Option]:
             shown_default=declared.shown_default,
         )
     return table
+
+
+def closest_option(name: str, table: Mapping[str, Option]) -> str | None:
+    """The option a mistyped ``name`` most likely means, or None: what "did you mean" says.
+
+    One rule for every place that names options (``Producer(linger=5)``, the command line's
+    ``-X``, option text): a Java property name (``linger.ms``) or our name with dots,
+    dashes or capitals means that option; otherwise the closest name by
+    :func:`difflib.get_close_matches` (``linger`` and ``lingerms`` mean ``linger_ms``).
+    """
+    for spec in table.values():
+        if name in spec.java:
+            return spec.name
+    plain = name.strip().lower().replace(".", "_").replace("-", "_")
+    if plain in table:
+        return plain
+    close = difflib.get_close_matches(plain, list(table), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, table: Mapping[str, Option]) -> str:
+    """`` (did you mean linger_ms?)`` for an unknown ``name``, or "" when nothing is close."""
+    close = closest_option(name, table)
+    return f" (did you mean {close}?)" if close is not None and close != name else ""
 
 
 # --- checks ---------------------------------------------------------------------------------

@@ -482,11 +482,8 @@ class ProducerConfig:
         """
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
-            hint = ""
-            dotted = [u for u in unknown if "." in u]
-            if dotted:
-                hint = f" (use underscores: {dotted[0].replace('.', '_')})"
-            raise ConfigError(f"unknown producer option(s): {', '.join(unknown)}{hint}")
+            named = ", ".join(name + c.did_you_mean(name, OPTIONS) for name in unknown)
+            raise ConfigError(f"unknown producer option{'s' if len(unknown) > 1 else ''}: {named}")
         values: dict[str, Any] = {"bootstrap_servers": c.parse_bootstrap_servers(bootstrap_servers)}
         for name, spec in OPTIONS.items():
             if name in options:

@@ -122,6 +122,8 @@ class ConnectionPool:
         self.auth_error: AuthenticationError | None = None
         self._closed = False
         self._warn = LogEvery(WARN_EVERY_MS)
+        #: Whether any connection ever opened (until then, failures are of the bootstrap).
+        self._reached_a_broker = False
         #: The cluster the producer writes to (from metadata), and the ones it left.
         self._cluster_id: str | None = None
         self._retired_clusters: set[str] = set()
@@ -436,6 +438,7 @@ class ConnectionPool:
         self._failures.pop(node_id, None)
         self._next_attempt_ms.pop(node_id, None)
         self.last_error.pop(node_id, None)
+        self._reached_a_broker = True
         self.auth_error = None
         self._connections[node_id] = conn
         if not future.done():
@@ -470,6 +473,22 @@ class ConnectionPool:
         self.last_error[node_id] = exc
         host, port = self._nodes.get(node_id, ("?", 0))
         now_ms = self._clock.monotonic_ms()
+        # No broker was ever reached and this ends a round in which every bootstrap address
+        # failed: said for them all, at once, then at most every WARN_EVERY_MS.
+        if (
+            not self._reached_a_broker
+            and all(n in self._failures for n in self._bootstrap)
+            and self._warn.due(node_id, now_ms)
+            and self._warn.due("bootstrap", now_ms)
+        ):
+            self._failures_logged[node_id] = failures
+            log.warning(
+                "cannot connect to any bootstrap server; retrying",
+                bootstrap_servers=",".join(f"{h}:{p}" for h, p in self._bootstrap.values()),
+                error=str(exc),
+                retry_in_ms=wait,
+            )
+            return
         if self._warn.due(node_id, now_ms):
             self._failures_logged[node_id] = failures
             log.warning(

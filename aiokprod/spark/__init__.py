@@ -2,10 +2,7 @@
 
 ::
 
-    import aiokprod.spark
-
-    aiokprod.spark.register(spark)      # once per SparkSession
-    (df.write.format("aiokprod")
+    (df.write.format("aiokprod")        # Spark finds it: no import, no register()
         .option("kafka.bootstrap.servers", "broker1:9092")
         .option("topic", "events")
         .mode("append")
@@ -14,7 +11,9 @@
 The ``aiokprod`` data source takes the options and columns of Spark's own Kafka sink
 (``format("kafka")``); each Spark task runs one aiokprod producer fed with the partition's
 Arrow batches. :func:`write_dataframe` is the same writer as a function call that returns
-the per-partition counts. See docs/spark.md.
+the per-partition counts. Spark finds the source through the top-level module
+``pyspark_aiokprod`` (PySpark's lookup of ``pyspark_*`` modules); :func:`register` registers
+it with one session where that lookup does not see it. See docs/spark.md.
 
 PySpark and pyarrow are optional dependencies (``pip install 'aiokprod[spark]'``);
 importing this package does not import them. aiokprod must be installed on the executors.
@@ -51,8 +50,9 @@ FORMAT = "aiokprod"
 def register(spark: SparkSession) -> None:
     """Register the ``aiokprod`` data source with ``spark`` (``format("aiokprod")``).
 
-    Call it once per session, on the driver. Needs pyspark >= 4.0 (streaming: >= 4.1) and
-    pyarrow; aiokprod must be importable on the executors.
+    Not needed where PySpark's own lookup finds ``pyspark_aiokprod`` (installed with
+    aiokprod); harmless there. Call it once per session, on the driver. Needs pyspark >= 4.0
+    (streaming: >= 4.1) and pyarrow; aiokprod must be importable on the executors.
 
     Raises:
         ImportError: PySpark or pyarrow is missing, or PySpark has no Python Data Source API.

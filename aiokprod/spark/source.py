@@ -14,6 +14,8 @@ where ``write()`` runs once per task with the partition's Arrow batches. ``commi
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -36,6 +38,8 @@ from aiokprod.spark.results import PartitionResult, SparkWriteError
 __all__ = ["FORMAT", "AiokprodDataSource", "PartitionCommitMessage"]
 
 FORMAT = "aiokprod"
+#: The module of the function that runs a PySpark planner worker's job and reports its error.
+_WORKER_RUNNER = "pyspark.sql.worker.utils"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +94,15 @@ class AiokprodDataSource(DataSource):
             )
         return writer, committer
 
+    def _checked_sink(
+        self, schema: Any, overwrite: bool, streaming: bool
+    ) -> tuple[PartitionWriter, Committer | None]:
+        try:
+            return self._sink(schema, overwrite, streaming)
+        except ConfigError:
+            said_first()
+            raise
+
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
         """The batch writer (driver side: options and columns are checked here).
 
@@ -97,7 +110,7 @@ class AiokprodDataSource(DataSource):
         job's driver decided and did not finish is completed, every other open transaction
         aborted (no task of this sink runs yet).
         """
-        writer, committer = self._sink(schema, overwrite, streaming=False)
+        writer, committer = self._checked_sink(schema, overwrite, streaming=False)
         if committer is not None:
             committer.recover(fence_open=True)
         return _BatchWriter(writer, committer, uuid.uuid4().hex)
@@ -110,10 +123,24 @@ class AiokprodDataSource(DataSource):
         finish; it aborts nothing (the micro-batch's own transactions may be waiting for this
         commit): replayed tasks fence their partition's older transaction themselves.
         """
-        writer, committer = self._sink(schema, False, streaming=True)
+        writer, committer = self._checked_sink(schema, False, streaming=True)
         if committer is not None:
             committer.recover(fence_open=False)
         return _StreamWriter(writer, committer)
+
+
+def said_first() -> None:
+    """Let Spark show a mistake in the options or columns as its sentence, first.
+
+    Spark reports an error of ``writer()``/``streamWriter()`` as the Python worker formats
+    it, after "Failed to initialize Python data source writer:": a traceback of our frames,
+    with the sentence that says what to fix at its end. PySpark leaves the traceback out when
+    ``SPARK_HIDE_TRACEBACK`` is set; the worker that called us reports this one error and exits
+    (``pyspark.sql.worker.utils.worker_run``), so it is set there, for that report only.
+    Outside such a worker (a test calling ``writer()`` itself) nothing changes.
+    """
+    if _WORKER_RUNNER in sys.modules:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
 
 
 def driver_options(options: Mapping[str, Any]) -> dict[str, Any]:

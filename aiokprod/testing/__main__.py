@@ -1,7 +1,9 @@
 """Command line: ``python -m aiokprod.testing {run,exec,fetch,classpath}``.
 
-* ``run [--nodes N] [--topic NAME:PARTITIONS[:RF]]...`` starts Kafka, prints
-  ``BOOTSTRAP=<address>`` and waits for Ctrl-C or SIGTERM, then stops Kafka cleanly.
+* ``run [--port PORT] [--nodes N] [--topic NAME:PARTITIONS[:RF]]...`` starts Kafka, prints
+  ``BOOTSTRAP=<address>`` and waits for Ctrl-C or SIGTERM, then stops Kafka cleanly. Its
+  (first) broker listens on 127.0.0.1:9092, Kafka's usual address, when that port is free
+  (else on a free port, and it says so); ``--port`` picks another, ``--port 0`` any free one.
 * ``exec [--nodes N] [--topic ...]... -- CMD ARGS...`` checks that CMD can be found, starts
   Kafka, runs CMD with ``KAFKA_BOOTSTRAP_SERVERS`` set, stops Kafka and exits with CMD's exit
   code.
@@ -44,6 +46,7 @@ from aiokprod.testing.distribution import (
 )
 from aiokprod.testing.errors import LocalKafkaError
 from aiokprod.testing.kerberos import KerberosKafka, cli_environ
+from aiokprod.testing.ports import port_is_free
 
 EXIT_KAFKA_FAILED = 3
 #: ``exec``: the command cannot be found (the shells' code for "command not found").
@@ -51,6 +54,8 @@ EXIT_COMMAND_NOT_FOUND = 127
 #: While Kafka starts, a "still starting" line this often (seconds) between step changes.
 HEARTBEAT_SECONDS = 10.0
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+#: ``run``'s client port when it is free: Kafka's usual one, which examples and READMEs use.
+DEFAULT_PORT = 9092
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="start Kafka and keep it running until Ctrl-C")
     add_cluster_options(run)
+    run.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"client port of the (first) broker on 127.0.0.1 (default: {DEFAULT_PORT} when "
+        "free, else a free port; 0: a free port)",
+    )
     run_cmd = commands.add_parser("exec", help="start Kafka, run a command against it, stop")
     add_cluster_options(run_cmd)
     run_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -170,12 +182,14 @@ def _start(args: argparse.Namespace) -> LocalKafka:
     if args.nodes < 1:
         raise LocalKafkaError(f"--nodes must be at least 1, got {args.nodes}")
     began = time.monotonic()
+    port = _client_port(getattr(args, "port", 0))
     _fetch_with_progress(args.kafka_version)
     kafka = (KerberosKafka if args.kerberos else LocalKafka)(
         nodes=args.nodes,
         version=args.kafka_version,
         broker_config=dict(args.broker_config),
         startup_timeout=args.startup_timeout,
+        port=port,
     )
     _info(f"starting Kafka ({args.nodes} node(s); at most {args.startup_timeout:.0f} s)")
     with _StartProgress(kafka):
@@ -193,6 +207,30 @@ def _start(args: argparse.Namespace) -> LocalKafka:
         f"{time.monotonic() - began:.1f} s"
     )
     return kafka
+
+
+def _client_port(requested: int | None) -> int | None:
+    """The first broker's client port: ``--port``'s, else 9092 when free; None: any free one.
+
+    Raises:
+        LocalKafkaError: ``--port`` is out of range or already in use.
+    """
+    if requested is None:
+        if port_is_free(DEFAULT_PORT):
+            return DEFAULT_PORT
+        _info(
+            f"port {DEFAULT_PORT} is in use (another Kafka?): this Kafka listens on a free "
+            "port instead; connect to the BOOTSTRAP address printed below, or choose a port "
+            "with --port"
+        )
+        return None
+    if requested == 0:
+        return None
+    if not 0 < requested < 65536:
+        raise LocalKafkaError(f"--port must be between 1 and 65535, got {requested}")
+    if not port_is_free(requested):
+        raise LocalKafkaError(f"--port {requested}: 127.0.0.1:{requested} is in use")
+    return requested
 
 
 def _fetch_with_progress(version: str | None = None) -> None:

@@ -39,6 +39,7 @@ from aiokprod.testing.errors import LocalKafkaError
 from aiokprod.testing.java import default_jvm_flags, find_java, run_java_tool
 from aiokprod.testing.metadata import ClusterMetadata, TopicInfo, fetch_metadata
 from aiokprod.testing.node import KafkaNode
+from aiokprod.testing.ports import port_is_free
 from aiokprod.testing.security import SASL_USERS, SECURITY_LISTENERS, scram_format_args
 from aiokprod.testing.startup import (
     PortClashError,
@@ -85,6 +86,8 @@ class LocalKafka:
         jvm_args: more JVM flags for every node (system properties such as
             ``-Djava.security.krb5.conf=...``), kept across :meth:`start_node`.
         env: environment variables added to every node's JVM, kept across restarts.
+        port: the client port of node 1 on 127.0.0.1 (``python -m aiokprod.testing run``
+            uses 9092 when it is free); default: a free port, as for every other port.
     """
 
     def __init__(
@@ -101,9 +104,11 @@ class LocalKafka:
         security: bool = False,
         jvm_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        port: int | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
+        self.port = port
         self.node_count = nodes
         self.broker_config = dict(broker_config or {})
         self.version = version
@@ -150,6 +155,8 @@ class LocalKafka:
         """
         if self._nodes:
             raise LocalKafkaError("this LocalKafka is already started")
+        if self.port is not None and not port_is_free(self.port):
+            raise LocalKafkaError(f"port {self.port} of 127.0.0.1 is in use (another Kafka?)")
         self._dist = ensure_distribution(self.version)
         find_java()
         self._dir = Path(tempfile.mkdtemp(prefix="aiokprod-kafka-", dir=self.work_dir))
@@ -444,7 +451,7 @@ class LocalKafka:
         return ",".join(a.bootstrap for a in self._running_addresses())
 
     def _start_once(self, dist: KafkaDistribution, root: Path) -> None:
-        addresses, self._security_ports = pick_addresses(self.node_count, self.security)
+        addresses, self._security_ports = pick_addresses(self.node_count, self.security, self.port)
         if self.security and (self._pki is None or not self._pki.ca_file.exists()):
             self._pki = make_test_pki(root / "tls")
         cluster_id = new_cluster_id()

@@ -43,3 +43,14 @@ def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a listener could bind ``host:port`` now (as the JVM binds: SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True

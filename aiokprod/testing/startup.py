@@ -42,16 +42,19 @@ class PortClashError(LocalKafkaError):
 
 
 def pick_addresses(
-    node_count: int, security: bool
+    node_count: int, security: bool, port: int | None = None
 ) -> tuple[list[NodeAddress], dict[int, dict[str, int]]]:
-    """Free loopback ports for ``node_count`` nodes.
+    """Free loopback ports for ``node_count`` nodes; ``port``: node 1's client port, if given.
 
     Returns:
         Each node's addresses (client and controller ports), and node id -> secure
         listener name -> port (empty unless ``security``).
     """
     extra = len(SECURITY_LISTENERS) if security else 0
-    ports = pick_free_ports((2 + extra) * node_count)
+    count = (2 + extra) * node_count
+    ports = pick_free_ports(count)
+    if port is not None:
+        ports = [port, *[p for p in ports if p != port][: count - 1]]
     addresses = [
         NodeAddress(i, LOOPBACK, ports[2 * i - 2], ports[2 * i - 1])
         for i in range(1, node_count + 1)

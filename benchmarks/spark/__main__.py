@@ -306,6 +306,7 @@ def _start_spark(args: argparse.Namespace, jars: str) -> Any:
         .config("spark.jars", jars)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )

@@ -25,6 +25,7 @@ def local_spark(app: str, **conf: str) -> Iterator[Any]:
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "512m")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
     )

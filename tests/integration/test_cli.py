@@ -95,8 +95,9 @@ def test_produce_from_a_file_and_errors(kafka: LocalKafka, new_topic, tmp_path: 
     # a line without the separator stops the run; what came before it was delivered
     bad = run("produce", "-t", topic, "-K", "=", stdin=b"a=1\nno separator\nb=2\n", env=env)
     assert bad.returncode == 1
-    assert "line 2 has no key separator" in bad.stderr
+    assert "line 2 has no key separator '='" in bad.stderr
     assert "produced 1 record(s)" in bad.stdout
+    assert "1 not sent (line 2: no key separator '='; the run stopped there)" in bad.stdout
 
     # a topic that does not exist (auto-creation off): a clear error, exit code 1
     missing = run(
@@ -112,6 +113,11 @@ def test_produce_from_a_file_and_errors(kafka: LocalKafka, new_topic, tmp_path: 
     )
     assert missing.returncode == 1
     assert "MetadataTimeoutError" in missing.stderr
+    # the summary agrees with the exit code (issue 39: it said "0 failed" only)
+    assert missing.stdout.startswith(
+        f"produced 0 record(s) to 'missing-{topic}', 0 failed, 1 not sent (line 1: "
+        "MetadataTimeoutError; the run stopped there)"
+    )
 
     # bad options are usage errors (exit code 2) naming the option
     unknown = run("produce", "-t", topic, "-X", "lingerms=5", stdin=b"", env=env)

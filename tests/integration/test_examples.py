@@ -1,7 +1,8 @@
 """The examples run against the local broker: aiohttp app, asyncio script, sync script.
 
-(The FastAPI example has its own file, test_fastapi_example.py; the PySpark examples run in
-test_spark_sink.py and test_spark_streaming.py on those files' Spark sessions.) Below those,
+(The FastAPI example has its own file, test_fastapi_example.py; the PySpark examples' functions
+run in test_spark_sink.py, test_spark_streaming.py and test_spark_exactly_once.py on those
+files' Spark sessions.) Below those,
 every example's documented command is run as its docstring gives it, `python -m
 aiokprod.testing exec ...` included.
 """
@@ -119,7 +120,7 @@ EXAMPLE_FILES = {
     "schema_registry.py",
     "prometheus_metrics.py",
     "exactly_once.py",  # run by test_exactly_once_example.py
-    "spark_exactly_once.py",  # run by test_spark_exactly_once.py
+    "spark_exactly_once.py",
 }
 #: A command under `exec` starts its own Kafka (and Spark's JVM for spark_batch): be patient.
 EXEC_TIMEOUT_S = 300
@@ -177,21 +178,28 @@ def test_every_example_documents_a_command() -> None:
         ("asyncio_script.py", "10000 of 10000 records delivered"),
         ("sync_script.py", "1000 of 1000 rows delivered"),
         ("spark_batch.py", "wrote 100000 records to 'clicks'"),
+        ("spark_exactly_once.py", "exactly once"),
         ("schema_registry.py", "1000 of 1000 records decoded with schema id 1"),
         ("prometheus_metrics.py", "kafka_producer_record_send_total 5000.0"),
     ],
 )
-def test_documented_exec_command_runs(name: str, expected_output: str) -> None:
+def test_documented_exec_command_runs(name: str, expected_output: str, tmp_path: Path) -> None:
+    env = command_env(TMPDIR=str(tmp_path))  # where an example's scratch folders go
+    env.pop("SPARK_LOCAL_IP", None)  # as in a fresh shell
     result = subprocess.run(
         exec_command(name),
         cwd=EXAMPLES.parent,
         capture_output=True,
         text=True,
         timeout=EXEC_TIMEOUT_S,
-        env=command_env(),
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert expected_output in result.stdout, result.stdout + result.stderr
+    # issue 39: the Spark examples stay on loopback (unset, Spark warns it takes the
+    # machine's outward address), and leave no checkpoint folder behind
+    assert "Set SPARK_LOCAL_IP" not in result.stderr
+    assert list(tmp_path.glob("aiokprod-ckpt-*")) == []
 
 
 def _post_json(url: str, body: bytes) -> tuple[int, dict[str, object]]:

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SO = importlib.machinery.EXTENSION_SUFFIXES[0]  # this interpreter's, e.g. ".cpython-311-...so"
 SOURCES = {"aiokprod/__init__.py", "aiokprod/a.py", "aiokprod/sub/b.py", "aiokprod/py.typed"}
 LISTED = ["aiokprod.a", "aiokprod.sub.b"]
+PYPROJECT_MODULES = [
+    f"{m}.py"
+    for m in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "py-modules"
+    ]
+]
 METADATA = "Metadata-Version: 2.1\nName: aiokprod\nVersion: 0.1.0\nRequires-Dist: mmh3>=4.1\n"
 
 
@@ -99,6 +106,9 @@ def test_the_source_list_and_compiled_list_come_from_the_tree(check_wheels: Modu
     assert "aiokprod/py.typed" in sources
     assert "aiokprod/internals/send_path.py" in sources
     assert "aiokprod.internals.send_path" in check_wheels.listed_modules(ROOT / "setup.py")
+    # PySpark's discovery of format("aiokprod") (issue 39): a wheel without it fails
+    assert "pyspark_aiokprod.py" in sources
+    assert "pyspark_aiokprod.py" in PYPROJECT_MODULES
 
 
 def test_extension_modules_built_for_another_cpython_fail(

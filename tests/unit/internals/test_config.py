@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from typing import Any
 
 import pytest
 
+from aiokprod.cli.options import UsageError, parse_option
 from aiokprod.config import (
     JAVA_NAMES,
     MAX_INT32,
@@ -18,6 +21,7 @@ from aiokprod.config import (
     parse_bootstrap_servers,
 )
 from aiokprod.errors import ConfigError
+from aiokprod.producer import Producer
 from aiokprod.types import ProducerRecord, RecordMetadata
 
 BOOT = "127.0.0.1:9092"
@@ -129,8 +133,42 @@ def test_several_unknown_options_are_all_named() -> None:
 
 
 def test_dotted_java_name_gets_an_underscore_hint() -> None:
-    with pytest.raises(ConfigError, match=r"linger\.ms.*use underscores: linger_ms"):
+    with pytest.raises(ConfigError, match=r"linger\.ms \(did you mean linger_ms\?\)"):
         ProducerConfig.from_options(BOOT, **{"linger.ms": 5})
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("linger", "linger_ms"),
+        ("lingerms", "linger_ms"),
+        ("linger.ms", "linger_ms"),
+        ("Batch-Size", "batch_size"),
+        ("max.in.flight.requests.per.connection", "max_in_flight_requests_per_connection"),
+        ("idempotence", "enable_idempotence"),
+    ],
+)
+def test_a_mistyped_option_gets_one_suggestion_everywhere(name: str, meant: str) -> None:
+    # issue 39: Producer(linger=5) named no option while the CLI's -X said "did you mean";
+    # the constructor, the CLI and option text now share closest_option.
+    hint = f"{name} (did you mean {meant}?)"
+    mistyped: dict[str, Any] = {name: 5}  # as an untyped caller passes it
+    with pytest.raises(ConfigError) as info:
+        Producer(BOOT, **mistyped)
+    assert str(info.value) == f"unknown producer option: {hint}"
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        option_from_text(name, "5")
+    if option_for_java_name(name) is None and name.lower() != meant.replace("_", "-"):
+        # (the command line takes Java names and dashes as they are)
+        with pytest.raises(UsageError) as usage:
+            parse_option(f"{name}=5")
+        assert str(usage.value) == f"-X {name}: not a producer option (did you mean {meant}?)"
+
+
+def test_several_unknown_options_each_get_their_suggestion() -> None:
+    with pytest.raises(ConfigError) as info:
+        make(lingr_ms=5, zzz=1)
+    assert str(info.value) == "unknown producer options: lingr_ms (did you mean linger_ms?), zzz"
 
 
 def test_config_error_is_a_value_error() -> None:

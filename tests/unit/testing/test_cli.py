@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from aiokprod.testing.__main__ import (
     parse_topic_spec,
 )
 from aiokprod.testing.errors import LocalKafkaError
+from aiokprod.testing.ports import pick_free_ports
+from aiokprod.testing.startup import pick_addresses
 
 
 @pytest.mark.parametrize(
@@ -205,3 +208,47 @@ def test_cached_jars_are_not_announced(
     monkeypatch.setattr(testing_main, "ensure_distribution", _never_start)
     testing_main._fetch_with_progress()
     assert capsys.readouterr().err == ""
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port something listens on for the test's duration."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+def test_run_listens_on_the_usual_port_when_it_is_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 39: the README's snippet connects to 127.0.0.1:9092, where `make kafka` now listens
+    assert testing_main.DEFAULT_PORT == 9092
+    assert build_parser().parse_args(["run"]).port is None
+    (free,) = pick_free_ports(1)
+    monkeypatch.setattr(testing_main, "DEFAULT_PORT", free)
+    assert testing_main._client_port(None) == free
+    addresses, _ = pick_addresses(3, security=False, port=free)
+    assert addresses[0].bootstrap == f"127.0.0.1:{free}"
+    ports = [p for a in addresses for p in (a.port, a.controller_port)]
+    assert len(set(ports)) == 6
+
+
+def test_run_says_so_when_the_usual_port_is_taken(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], taken_port: int
+) -> None:
+    monkeypatch.setattr(testing_main, "DEFAULT_PORT", taken_port)
+    assert testing_main._client_port(None) is None  # any free port
+    err = capsys.readouterr().err
+    assert f"port {taken_port} is in use (another Kafka?)" in err
+    assert "connect to the BOOTSTRAP address printed below, or choose a port with --port" in err
+    assert testing_main._client_port(0) is None
+
+
+def test_run_refuses_a_port_in_use_before_starting_kafka(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], taken_port: int
+) -> None:
+    monkeypatch.setattr(testing_main, "ensure_distribution", _never_start)
+    monkeypatch.setattr(testing_main, "find_distribution", _never_start)
+    assert main(["run", "--port", str(taken_port)]) == EXIT_KAFKA_FAILED
+    assert f"--port {taken_port}: 127.0.0.1:{taken_port} is in use" in capsys.readouterr().err
+    assert main(["run", "--port", "70000"]) == EXIT_KAFKA_FAILED
+    assert "--port must be between 1 and 65535" in capsys.readouterr().err
