@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokprod.errors import (
+    ConfigError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
@@ -31,16 +32,16 @@ from aiokprod.spark.eos_records import (
     marker_group,
     next_sequence,
     parse_transactional_id,
+    query_tag,
 )
 from aiokprod.spark.exactly_once import (
-    BATCH_TRANSACTION_TIMEOUT_MS,
     CommitPlan,
     TaskResult,
     check_open,
-    commit_margin_ms,
     plan_commit,
     plan_recovery,
 )
+from aiokprod.spark.misuse import IN_USE_WAIT_MS, check_not_in_use, layout_problem
 from aiokprod.types import PreparedTransaction, TopicPartition
 
 if TYPE_CHECKING:
@@ -99,12 +100,14 @@ class Committer:
 
     Attributes:
         bootstrap_servers: where to connect.
-        options: producer options (connection, security, timeouts) for the admin client;
-            their ``transaction_timeout_ms`` is the tasks' (it sets the commit margin).
+        options: producer options (connection, security, timeouts) for the admin client.
         prefix: the sink's ``transactionalIdPrefix``.
         streaming: micro-batches (markers tell replays what committed) or batch jobs.
         clock: the driver's clock, in milliseconds.
-        margin_ms: overrides :func:`~aiokprod.spark.exactly_once.commit_margin_ms`.
+        margin_ms: overrides :func:`~aiokprod.spark.exactly_once.commit_margin_ms` of each
+            transaction's own timeout.
+        in_use_wait_ms: how long planning watches a run that another driver left open for
+            transactions it begins, before taking the prefix over (0: never watch).
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -113,18 +116,10 @@ class Committer:
     streaming: bool
     clock: Callable[[], int] = _wall_ms
     margin_ms: int | None = None
+    in_use_wait_ms: int = IN_USE_WAIT_MS
 
     def __repr__(self) -> str:  # options may hold credentials
         return f"<aiokprod.spark committer prefix={self.prefix!r} streaming={self.streaming}>"
-
-    @property
-    def margin(self) -> int:
-        """Milliseconds of its timeout every transaction must have left at the decision."""
-        if self.margin_ms is not None:
-            return self.margin_ms
-        return commit_margin_ms(
-            int(self.options.get("transaction_timeout_ms", BATCH_TRANSACTION_TIMEOUT_MS))
-        )
 
     # --- the synchronous entry points (Spark's driver) ------------------------------------
 
@@ -178,6 +173,7 @@ class Committer:
     async def open_run_with(self, admin: AdminCalls | Admin) -> RunToken:
         """:meth:`open_run` with ``admin``."""
         store = DecisionStore(admin, self.prefix)
+        await check_not_in_use(admin, store, self.prefix, self.in_use_wait_ms)
         run = await store.open_run()
         report = await self._recover_decision(admin, store)
         await self._fence_open(admin, run_tag=None)
@@ -273,11 +269,19 @@ class Committer:
         stored = await store.latest()
         if stored is not None and stored.decision is not None and stored.decision.run == plan.run:
             return await self._again(admin, store, stored)  # Spark commits the same run again
+        query = "" if query_id is None else query_tag(query_id)
+        if stored is not None and stored.decision is not None and self.streaming:
+            problem = layout_problem(stored.decision, query, batch_id, len(results))
+            if problem is not None:
+                await self._abort_all(admin, plan.transactions.values())
+                raise ConfigError(problem)
         if not await store.close_run(plan.run):
             await self._abort_all(admin, plan.transactions.values())
             raise ExactlyOnceCommitError(self._taken_over(batch_id))
         await self._check(admin, plan, batch_id)
-        decision = Decision(plan.run, batch_id, plan.transactions)
+        decision = Decision(
+            plan.run, batch_id, plan.transactions, query=query, partitions=len(results)
+        )
         if plan.topic is None:  # pragma: no cover - a written partition names its topic
             raise ExactlyOnceCommitError("commit(): no topic to store the decision against")
         where = TopicPartition(plan.topic, 0)
@@ -317,7 +321,7 @@ class Committer:
         """Before deciding: every transaction open with its margin left, or nothing commits."""
         ids = [t.transactional_id for t in plan.transactions.values()]
         views = await admin.describe_transactions(ids)
-        gone = check_open(plan.transactions, views, self.clock(), self.margin)
+        gone = check_open(plan.transactions, views, self.clock(), self.margin_ms)
         if not gone:
             return
         await self._abort_all(admin, plan.transactions.values())

@@ -29,10 +29,16 @@ from aiokprod.types import (
     TransactionListing,
 )
 
-__all__ = ["AdminCalls", "DecisionStore", "StoredDecision", "bounded"]
+__all__ = ["AdminCalls", "DecisionStore", "RegisterState", "StoredDecision", "bounded"]
 
 #: Admin requests in flight at once (each to its own coordinator).
 CONCURRENCY = 32
+
+#: The run register's transaction timeout while a run is open, and once it is closed. The
+#: register never runs a transaction: its timeout only says whether a run is open (a run
+#: that never closed - its driver died - stays "open" until the next planning).
+REGISTER_OPEN_MS = 1_001
+REGISTER_CLOSED_MS = 1_000
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -44,7 +50,9 @@ class AdminCalls(Protocol):
     async def complete_transaction(self, prepared: PreparedTransaction, *, commit: bool) -> None:
         """EndTxn."""
 
-    async def fence_producers(self, transactional_ids: Iterable[str]) -> None:
+    async def fence_producers(
+        self, transactional_ids: Iterable[str], *, transaction_timeout_ms: int | None = None
+    ) -> None:
         """InitProducerId on each id."""
 
     async def list_transactions(
@@ -74,6 +82,14 @@ class AdminCalls(Protocol):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RegisterState:
+    """The run register now: its token, and whether the run it names is open."""
+
+    run: RunToken
+    open: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StoredDecision:
     """The newest decision header found, and the decision if it could be read whole."""
 
@@ -98,26 +114,33 @@ class DecisionStore:
     async def open_run(self) -> RunToken:
         """Bump the run register: a new run's token (the run before is closed)."""
         register = run_register_id(self.prefix)
-        await self.admin.fence_producers([register])
-        view = (await self.admin.describe_transactions([register])).get(register)
-        if view is None:  # pragma: no cover - the coordinator just answered InitProducerId
+        await self.admin.fence_producers([register], transaction_timeout_ms=REGISTER_OPEN_MS)
+        state = await self.state()
+        if state is None:  # pragma: no cover - the coordinator just answered InitProducerId
             raise KafkaError(f"the run register {register} is unknown right after its bump")
-        return RunToken(view.producer_id, view.producer_epoch)
+        return state.run
 
-    async def current_run(self) -> RunToken | None:
-        """The token the run register holds now (None: never used)."""
+    async def state(self) -> RegisterState | None:
+        """The run register now (None: never used)."""
         register = run_register_id(self.prefix)
         view = (await self.admin.describe_transactions([register])).get(register)
-        return None if view is None else RunToken(view.producer_id, view.producer_epoch)
+        if view is None:
+            return None
+        return RegisterState(
+            RunToken(view.producer_id, view.producer_epoch), view.timeout_ms == REGISTER_OPEN_MS
+        )
 
     async def close_run(self, run: RunToken | None) -> bool:
         """Close ``run`` (bump the register); False if another run holds it already.
 
         ``run`` None (an abort that does not know its run) closes whatever run is open.
         """
-        if run is not None and await self.current_run() != run:
-            return False
-        await self.admin.fence_producers([run_register_id(self.prefix)])
+        if run is not None:
+            state = await self.state()
+            if state is None or state.run != run:
+                return False
+        register = run_register_id(self.prefix)
+        await self.admin.fence_producers([register], transaction_timeout_ms=REGISTER_CLOSED_MS)
         return True
 
     # --- decisions ----------------------------------------------------------------------------

@@ -45,6 +45,7 @@ __all__ = [
     "marker_group",
     "next_sequence",
     "parse_transactional_id",
+    "query_tag",
     "run_register_id",
     "transactional_id",
 ]
@@ -139,7 +140,8 @@ def parse_transactional_id(prefix: str, txn_id: str) -> TxnName | None:
 # --- markers (streaming) ------------------------------------------------------------------
 
 
-def _query_tag(query_id: str) -> str:
+def query_tag(query_id: str) -> str:
+    """A streaming query's short name in group names and decisions (a hash of its id)."""
     return hashlib.sha256(query_id.encode()).hexdigest()[:12]
 
 
@@ -149,7 +151,7 @@ def marker_group(prefix: str, query_id: str, partition: int) -> str:
     One per query: a query started on the prefix with a new checkpoint (a new id) never
     reads, or overwrites, another query's markers.
     """
-    return f"{prefix}-{partition}.{_query_tag(query_id)}.marker"
+    return f"{prefix}-{partition}.{query_tag(query_id)}.marker"
 
 
 def marker(query_id: str, batch_id: int) -> OffsetAndMetadata:
@@ -193,6 +195,8 @@ class Decision:
         done: every transaction was committed or found lost: nothing is left to complete.
         lost: how many decided partitions were found lost (aborted before their commit).
         lost_partitions: the first of them (up to 64).
+        query: a micro-batch's query (its tag: a hash of the query id), else "".
+        partitions: how many Spark partitions the write had (0: not recorded).
     """
 
     run: RunToken
@@ -201,6 +205,8 @@ class Decision:
     done: bool = False
     lost: int = 0
     lost_partitions: tuple[int, ...] = ()
+    query: str = ""
+    partitions: int = 0
 
     def finished(self, lost: Sequence[int] = ()) -> Decision:
         """The same decision, marked done (with the partitions found lost)."""
@@ -216,6 +222,7 @@ class Decision:
             f"{FORMAT} run={self.run} batch={'-' if self.batch_id is None else self.batch_id} "
             f"state={'done' if self.done else 'commit'} tv={max(protocols)} "
             f"n={len(self.transactions)} lost={self.lost}:{lost} "
+            f"q={self.query or '-'} parts={self.partitions} "
             f"crc={zlib.crc32(body.encode()):08x}"
         )
         inline = f"{head} chunks=0 txns={body}"
@@ -257,14 +264,17 @@ class Decision:
         if len(txns) != int(match["n"]):
             return None
         listed = () if match["listed"] == "-" else tuple(int(p) for p in match["listed"].split(","))
-        return cls(run, batch, txns, match["state"] == "done", int(match["lost"]), listed)
+        query = "" if match["q"] == "-" else match["q"]
+        done = match["state"] == "done"
+        return cls(run, batch, txns, done, int(match["lost"]), listed, query, int(match["parts"]))
 
 
 _HEADER = re.compile(
     re.escape(FORMAT)
     + r" run=(?P<run>\d+\.\d+) batch=(?P<batch>-|\d+) state=(?P<state>commit|done)"
     r" tv=(?P<tv>[12]) n=(?P<n>\d+) lost=(?P<lost>\d+):(?P<listed>-|\d+(?:,\d+)*)"
-    r" crc=(?P<crc>[0-9a-f]{8}) chunks=(?P<chunks>\d+) txns=(?P<txns>[A-Za-z0-9_-]*)"
+    r" q=(?P<q>-|[0-9a-f]+) parts=(?P<parts>\d+) crc=(?P<crc>[0-9a-f]{8})"
+    r" chunks=(?P<chunks>\d+) txns=(?P<txns>[A-Za-z0-9_-]*)"
 )
 
 

@@ -292,12 +292,13 @@ def check_open(
     txns: Mapping[int, PreparedTransaction],
     views: Mapping[str, TransactionView],
     now_ms: int,
-    margin_ms: int,
+    margin_ms: int | None = None,
 ) -> list[tuple[int, str]]:
     """The decided partitions whose transaction cannot safely be committed, and why.
 
     Safe: still open under the prepared producer id and epoch, with at least ``margin_ms``
-    of its timeout left at ``now_ms`` (the driver's clock against the broker's start time).
+    (None: :func:`commit_margin_ms` of the transaction's own timeout) of its timeout left at
+    ``now_ms`` (the driver's clock against the broker's start time).
     """
     gone: list[tuple[int, str]] = []
     for partition, txn in sorted(txns.items()):
@@ -310,7 +311,8 @@ def check_open(
             gone.append((partition, "fenced"))
         else:
             left = view.start_time_ms + view.timeout_ms - now_ms
-            if view.start_time_ms >= 0 and left < margin_ms:
+            margin = commit_margin_ms(view.timeout_ms) if margin_ms is None else margin_ms
+            if view.start_time_ms >= 0 and left < margin:
                 gone.append((partition, f"{max(left, 0)} ms of its timeout left"))
     return gone
 

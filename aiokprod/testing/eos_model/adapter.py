@@ -106,6 +106,7 @@ class SinkAdapter:
             write.streaming,
             clock=admin.now_ms,
             margin_ms=self._margin_ms,
+            in_use_wait_ms=0,  # a wait for activity: liveness, not safety (docs/spark.md)
         )
 
     async def plan(self, write: Write, admin: ModelAdmin) -> Any:

@@ -178,12 +178,14 @@ class ModelKafka:
             if s is None:
                 continue
             ongoing = s.state == ONGOING
+            # A negative timeout is one given in milliseconds (see ModelAdmin.fence_producers).
+            timeout_ms = -s.timeout_ticks if s.timeout_ticks < 0 else s.timeout_ticks * TICK_MS
             out[tid] = TransactionDescription(
                 tid,
                 s.state,
                 s.producer_id,
                 s.epoch,
-                s.timeout_ticks * TICK_MS,
+                timeout_ms,
                 s.start_tick * TICK_MS if ongoing else -1,
                 frozenset(),
             )

@@ -137,6 +137,32 @@ class Scheduler:
             step.future.set_result(value)
         self.run_until_idle()
 
+    def run_to_end(self, actor: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` as ``actor`` alone, every step applied as soon as it is taken.
+
+        For tests of one component against the model (no choices): returns what the
+        coroutine returns, or raises what it raises. A step that cannot complete fails as it
+        would after ``max_block_ms``; a sleep jumps the virtual clock.
+        """
+        self.spawn(actor, coro)
+        task = self.tasks[actor]
+        while not task.done():
+            ready = [st for st in self.pending if st.is_ready()]
+            if ready:
+                self.apply(min(ready, key=lambda st: st.seq))
+            elif self.pending:
+                self.time_out(min(self.pending, key=lambda st: st.seq))
+            else:  # waiting on a timer: let the loop move its clock to it
+                previous = asyncio_events._get_running_loop()
+                asyncio_events._set_running_loop(self.loop)
+                try:
+                    self.loop._run_once()  # type: ignore[attr-defined]
+                finally:
+                    asyncio_events._set_running_loop(previous)
+                self.run_until_idle()
+        self.results[actor] = ("done", None)
+        return task.result()
+
     def time_out(self, step: Step) -> None:
         """A step that could not complete gives up (the client's ``max_block_ms``)."""
         self.pending.remove(step)
@@ -213,17 +239,22 @@ class ModelAdmin:
             lambda: self._k.end_txn(p.transactional_id, p.producer_id, p.producer_epoch, commit),
         )
 
-    async def fence_producers(self, transactional_ids: Iterable[str]) -> None:
+    async def fence_producers(
+        self, transactional_ids: Iterable[str], *, transaction_timeout_ms: int | None = None
+    ) -> None:
         """InitProducerId on each id (one step each, concurrently, as the real admin)."""
         ids = list(dict.fromkeys(transactional_ids))
-        await asyncio.gather(*(self._fence(tid) for tid in ids))
+        await asyncio.gather(*(self._fence(tid, transaction_timeout_ms) for tid in ids))
 
-    async def _fence(self, tid: str) -> None:
+    async def _fence(self, tid: str, timeout_ms: int | None) -> None:
+        # The model keeps a timeout in ticks; one given in milliseconds (the run register's
+        # open/closed marks) is kept as is, so that DescribeTransactions reports it back.
+        ticks = self.timeout_ticks if timeout_ms is None else -timeout_ms
         await self._s.call(
             self._actor,
             "InitProducerId",
             (tid,),
-            lambda: self._k.init_producer_id(tid, self.timeout_ticks),
+            lambda: self._k.init_producer_id(tid, ticks),
         )
 
     async def list_transactions(
