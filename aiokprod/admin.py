@@ -256,7 +256,9 @@ class Admin:
         requests = self._running("complete_transaction()")
         await txn_admin.complete_transaction(requests, prepared, commit=commit)
 
-    async def fence_producers(self, transactional_ids: Iterable[str]) -> None:
+    async def fence_producers(
+        self, transactional_ids: Iterable[str], *, transaction_timeout_ms: int | None = None
+    ) -> None:
         """Fence the producers of each transactional id, aborting their open transactions.
 
         Java's ``fenceProducers`` (KIP-618): InitProducerId for each id, concurrently. The
@@ -268,7 +270,9 @@ class Admin:
 
         An id the coordinator has never seen is fine: it gets a producer id, which creates
         coordinator state for it (kept for the broker's ``transactional.id.expiration.ms``,
-        7 days by default), with this client's ``transaction_timeout_ms``.
+        7 days by default), with this client's ``transaction_timeout_ms`` (or the one given:
+        the coordinator keeps it as the id's timeout, which ``describe_transactions``
+        reports).
 
         Raises:
             InvalidArgumentError: an id that is not a non-empty string.
@@ -276,8 +280,15 @@ class Admin:
             KafkaTimeoutError: not all done within ``max_block_ms``.
         """
         ids = _check_ids(transactional_ids)
+        timeout = self._config.transaction_timeout_ms
+        if transaction_timeout_ms is not None:
+            if type(transaction_timeout_ms) is not int or transaction_timeout_ms <= 0:
+                raise InvalidArgumentError(
+                    f"transaction_timeout_ms must be a positive int, got {transaction_timeout_ms!r}"
+                )
+            timeout = transaction_timeout_ms
         requests = self._running("fence_producers()")
-        await txn_admin.fence_producers(requests, ids, self._config.transaction_timeout_ms)
+        await txn_admin.fence_producers(requests, ids, timeout)
 
     async def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()

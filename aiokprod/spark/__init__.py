@@ -73,13 +73,12 @@ def recover_transactions(
 ) -> CommitReport:
     """Finish what a crashed exactly-once job or query of this sink left in Kafka.
 
-    Completes a commit its driver had decided and not finished (the partitions whose
-    transaction is still open are committed), then aborts every other open transaction of
-    the prefix, so that none holds read_committed consumers back until its timeout. A new
-    batch job with the same prefix does this by itself before its tasks start; a stopped
-    streaming query's open transactions are aborted by its restart. Call this when neither
-    will happen - and only while no job or query of this sink runs (it would abort their
-    transactions too).
+    Closes the prefix's run (a task still writing for it stops), completes a commit its
+    driver had decided and not finished (the partitions whose transaction is still open are
+    committed), then aborts every other open transaction of the prefix, so that none holds
+    read_committed consumers back until its timeout. Every new batch job or micro-batch with
+    the prefix does this by itself before its tasks start; call this when none will run -
+    and only while no job or query of this sink runs (it would fail their writes).
 
     Args:
         bootstrap_servers: where to connect.
@@ -87,11 +86,12 @@ def recover_transactions(
         **options: producer options for the connection (security, timeouts).
 
     Returns:
-        What was committed, found lost and aborted.
+        What was committed, found lost (logged at ERROR too: those rows of that job are not
+        in Kafka) and aborted.
     """
     prefix = check_prefix(transactional_id_prefix)
     committer = Committer(bootstrap_servers, options, prefix, streaming=False)
-    return committer.recover(fence_open=True)
+    return committer.recover()
 
 
 def require_spark() -> None:

@@ -15,7 +15,6 @@ its task: every partition reports its counts and the driver raises
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,13 @@ from aiokprod.errors import ConfigError
 from aiokprod.spark.columns import check_schema
 from aiokprod.spark.committer import Committer
 from aiokprod.spark.eos_records import transactional_id
-from aiokprod.spark.exactly_once import AT_LEAST_ONCE, ExactlyOnceConfig, TaskAction, TaskResult
+from aiokprod.spark.exactly_once import (
+    AT_LEAST_ONCE,
+    ExactlyOnceConfig,
+    TaskAction,
+    TaskResult,
+    transaction_options,
+)
 from aiokprod.spark.options import guarantee_options, seal_secrets
 from aiokprod.spark.partition_writer import PartitionWriter
 from aiokprod.spark.results import PartitionResult, SparkWriteError
@@ -67,7 +72,7 @@ def write_dataframe(
             read_committed consumers see all rows once or none (docs/spark.md, "Exactly-once");
             a failing partition then fails its task, which Spark retries without duplicates.
         transactional_id_prefix: required with ``"exactly-once"``: unique to this sink and
-            the same for every run of the job (transactional ids ``<prefix>-<partition>``).
+            the same for every run of the job (docs/spark.md, "How it works").
         **options: producer options, exactly as for :class:`~aiokprod.Producer` (credentials
             included). They are validated here, on the driver, and shipped to the executors
             inside the task closure; they are never logged. Without ``client_id``, partition
@@ -94,25 +99,30 @@ def write_dataframe(
     require_spark()
     options = dict(options)
     prefix = guarantee_options(delivery_guarantee, transactional_id_prefix, options)
-    transactional = {} if prefix is None else {"transactional_id": transactional_id(prefix, 0)}
+    if prefix is not None:
+        options = transaction_options(options, streaming=False)
+    transactional = (
+        {} if prefix is None else {"transactional_id": transactional_id(prefix, 0, 0, None)}
+    )
     # fail on the driver, not later
     ProducerConfig.from_options(bootstrap_servers, **options, **transactional)
     columns = check_schema(df.schema, topic)
-    eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming=False)
-    writer = PartitionWriter(
-        bootstrap_servers, _shippable(options), topic, close_timeout=close_timeout, exactly_once=eos
-    )
-    committer = None
+    shipped = _shippable(options)
+    committer = run = None
     if prefix is not None:
         committer = Committer(bootstrap_servers, options, prefix, streaming=False)
-        committer.recover(fence_open=True)
+        run = committer.open_run()
+    eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming=False, run=run)
+    writer = PartitionWriter(
+        bootstrap_servers, shipped, topic, close_timeout=close_timeout, exactly_once=eos
+    )
     by_name = {f.name.lower(): f.name for f in df.schema.fields}
     selected = df.select(*(by_name[c] for c in columns))
     try:
         rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
     except BaseException:
-        if committer is not None:  # a task failed for good: abort whatever it left open
-            committer.recover(fence_open=True)
+        if committer is not None:  # a task failed for good: close the run, abort its leftovers
+            committer.abort(run, None, [])
         raise
     results = sorted((_result(r) for r in rows), key=lambda r: r.partition)
     task_results = [
@@ -121,16 +131,16 @@ def write_dataframe(
             TaskAction.WRITE if r.transaction is not None else TaskAction.NOTHING,
             r.transaction,
             r.topic,
+            run,
         )
         for r in results
     ]
-    run_id = uuid.uuid4().hex
     if not all(r.ok for r in results):
         if committer is not None:
-            committer.abort(run_id, None, task_results)
+            committer.abort(run, None, task_results)
         raise SparkWriteError(results)
     if committer is not None:
-        committer.commit(run_id, None, task_results)
+        committer.commit(run, None, task_results)
     return {r.partition: r.delivered for r in results}
 
 

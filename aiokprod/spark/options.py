@@ -33,7 +33,6 @@ from aiokprod.spark.eos_records import transactional_id
 from aiokprod.spark.exactly_once import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, check_prefix
 
 __all__ = [
-    "EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS",
     "JAVA_ONLY",
     "SPARK_OPTIONS",
     "Sealed",
@@ -135,12 +134,6 @@ def seal_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
             value = Sealed(value)
         sealed[name] = value
     return sealed
-
-
-#: ``transaction_timeout_ms`` of exactly-once writes unless ``kafka.transaction.timeout.ms`` is
-#: set: the broker's default ``transaction.max.timeout.ms`` (15 min). A batch job's
-#: transactions stay open until the whole job commits, a micro-batch's until its commit.
-EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +239,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 
 def guarantee_options(guarantee: str, prefix: str | None, typed: dict[str, Any]) -> str | None:
-    """Check the guarantee's options; exactly-once gets its default transaction timeout.
+    """Check the guarantee's options.
+
+    Exactly-once writes get their default transaction timeout where the sink knows whether it
+    writes a batch job or micro-batches (:func:`aiokprod.spark.exactly_once.transaction_options`).
 
     Returns:
         The checked prefix (exactly-once), or None.
@@ -262,14 +258,12 @@ def guarantee_options(guarantee: str, prefix: str | None, typed: dict[str, Any])
                 "option transactionalIdPrefix: only used with deliveryGuarantee=exactly-once"
             )
         return None
-    prefix = check_prefix(prefix if prefix is not None else "")
-    typed.setdefault("transaction_timeout_ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
-    return prefix
+    return check_prefix(prefix if prefix is not None else "")
 
 
 def _as_transactional(prefix: str | None) -> dict[str, Any]:
     """What makes the driver's check see the options as a task's transactional producer."""
-    return {} if prefix is None else {"transactional_id": transactional_id(prefix, 0)}
+    return {} if prefix is None else {"transactional_id": transactional_id(prefix, 0, 0, None)}
 
 
 def _scalar_types(hint: Any) -> set[type]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import KafkaError
+from aiokprod.spark.eos_records import RunToken
 from aiokprod.types import PreparedTransaction
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class PartitionResult:
         skipped: exactly-once streaming: a replayed micro-batch whose rows this partition
             had committed already; nothing was written (``delivered`` counts them).
         topic: exactly-once: the topic of the partition's first row.
+        run: exactly-once: the run token the task wrote under.
     """
 
     partition: int
@@ -50,6 +52,7 @@ class PartitionResult:
     transaction: PreparedTransaction | None = None
     skipped: bool = False
     topic: str | None = None
+    run: RunToken | None = None
 
     @property
     def ok(self) -> bool:

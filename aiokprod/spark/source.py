@@ -7,8 +7,8 @@ Where each piece runs: :class:`AiokprodDataSource` and its ``writer()`` /
 schema (a mistake fails there, before any task); the writer is pickled to the executors,
 where ``write()`` runs once per task with the partition's Arrow batches. ``commit()`` and
 ``abort()`` run on the driver (for streaming, in a fresh process per micro-batch that calls
-``streamWriter()`` again); writing exactly once, they end the tasks' transactions
-(:mod:`aiokprod.spark.committer`).
+``streamWriter()`` again); writing exactly once, planning opens a run and they close it and
+end the tasks' transactions (:mod:`aiokprod.spark.committer`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,7 +29,14 @@ from pyspark.sql.datasource import (
 from aiokprod.errors import ConfigError
 from aiokprod.spark.columns import check_schema
 from aiokprod.spark.committer import Committer
-from aiokprod.spark.exactly_once import ExactlyOnceConfig, MicroBatch, TaskAction, TaskResult
+from aiokprod.spark.eos_records import RunToken
+from aiokprod.spark.exactly_once import (
+    ExactlyOnceConfig,
+    MicroBatch,
+    TaskAction,
+    TaskResult,
+    transaction_options,
+)
 from aiokprod.spark.options import parse_sink_options, unseal
 from aiokprod.spark.partition_writer import PartitionWriter
 from aiokprod.spark.results import PartitionResult, SparkWriteError
@@ -61,7 +67,7 @@ class PartitionCommitMessage(WriterCommitMessage):
             action = TaskAction.WRITE
         else:
             action = TaskAction.NOTHING
-        return TaskResult(r.partition, action, r.transaction, r.topic)
+        return TaskResult(r.partition, action, r.transaction, r.topic, r.run)
 
 
 class AiokprodDataSource(DataSource):
@@ -73,8 +79,12 @@ class AiokprodDataSource(DataSource):
         return FORMAT
 
     def _sink(
-        self, schema: Any, overwrite: bool, streaming: bool
+        self, schema: Any, overwrite: bool, streaming: bool, plan: bool | None
     ) -> tuple[PartitionWriter, Committer | None]:
+        """The writer and, exactly-once, the committer.
+
+        ``plan``: open a run for the tasks (None: if Spark calls to plan a micro-batch).
+        """
         if overwrite:
             raise ConfigError(
                 "format('aiokprod') appends to Kafka topics: use mode('append') "
@@ -83,22 +93,23 @@ class AiokprodDataSource(DataSource):
         sink = parse_sink_options(self.options)
         check_schema(schema, sink.topic)
         prefix = sink.transactional_id_prefix
-        eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming)
-        writer = PartitionWriter(
-            sink.bootstrap_servers, sink.producer_options, sink.topic, exactly_once=eos
-        )
-        committer = None
-        if prefix is not None:
-            committer = Committer(
-                sink.bootstrap_servers, driver_options(sink.producer_options), prefix, streaming
-            )
+        if prefix is None:
+            writer = PartitionWriter(sink.bootstrap_servers, sink.producer_options, sink.topic)
+            return writer, None
+        options = transaction_options(sink.producer_options, streaming)
+        committer = Committer(sink.bootstrap_servers, driver_options(options), prefix, streaming)
+        if plan is None:  # streaming: only Spark's planning call opens a run
+            plan = _planning_call()
+        run = committer.open_run() if plan else None
+        eos = ExactlyOnceConfig(prefix, streaming, run)
+        writer = PartitionWriter(sink.bootstrap_servers, options, sink.topic, exactly_once=eos)
         return writer, committer
 
     def _checked_sink(
-        self, schema: Any, overwrite: bool, streaming: bool
+        self, schema: Any, overwrite: bool, streaming: bool, plan: bool | None
     ) -> tuple[PartitionWriter, Committer | None]:
         try:
-            return self._sink(schema, overwrite, streaming)
+            return self._sink(schema, overwrite, streaming, plan)
         except ConfigError:
             said_first()
             raise
@@ -106,26 +117,22 @@ class AiokprodDataSource(DataSource):
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
         """The batch writer (driver side: options and columns are checked here).
 
-        Writing exactly once, it first recovers the prefix's transactions: a commit an earlier
-        job's driver decided and did not finish is completed, every other open transaction
-        aborted (no task of this sink runs yet).
+        Writing exactly once, it opens the job's run (docs/spark.md, "How it works"): what an
+        earlier run left is ended first - a commit its driver decided and did not finish is
+        completed, every other open transaction of the prefix aborted.
         """
-        writer, committer = self._checked_sink(schema, overwrite, streaming=False)
-        if committer is not None:
-            committer.recover(fence_open=True)
-        return _BatchWriter(writer, committer, uuid.uuid4().hex)
+        writer, committer = self._checked_sink(schema, overwrite, streaming=False, plan=True)
+        return _BatchWriter(writer, committer)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         """The Structured Streaming writer.
 
-        Spark calls it on the driver for every micro-batch, to plan it and again to commit it.
-        Writing exactly once, it completes a commit an earlier driver decided and did not
-        finish; it aborts nothing (the micro-batch's own transactions may be waiting for this
-        commit): replayed tasks fence their partition's older transaction themselves.
+        Spark calls it on the driver for every micro-batch, to plan it and again, in another
+        process, before committing or aborting it. Writing exactly once, the planning call
+        opens the micro-batch's run (as :meth:`writer` does a job's); the other calls open
+        nothing: the commit or abort learns the run from the tasks.
         """
-        writer, committer = self._checked_sink(schema, False, streaming=True)
-        if committer is not None:
-            committer.recover(fence_open=False)
+        writer, committer = self._checked_sink(schema, False, streaming=True, plan=None)
         return _StreamWriter(writer, committer)
 
 
@@ -141,6 +148,31 @@ def said_first() -> None:
     """
     if _WORKER_RUNNER in sys.modules:
         os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
+def _planning_call() -> bool:
+    """Whether Spark calls ``streamWriter()`` to plan a micro-batch (not to commit one).
+
+    PySpark plans in ``pyspark/sql/worker/write_into_data_source.py`` and commits or aborts
+    in ``python_streaming_sink_runner.py``; the caller's module tells them apart
+    (tests/unit/spark/test_planning_call.py pins it for the pyspark the tests run).
+
+    Raises:
+        ConfigError: called from neither (a PySpark that plans elsewhere).
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+        if name == "write_into_data_source.py":
+            return True
+        if name == "python_streaming_sink_runner.py":
+            return False
+        frame = frame.f_back  # type: ignore[assignment]
+    raise ConfigError(
+        "deliveryGuarantee=exactly-once: streamWriter() was called neither to plan a "
+        "micro-batch nor to commit one (this PySpark version calls it from elsewhere: "
+        "exactly-once streaming needs PySpark 4.1 to 4.3)"
+    )
 
 
 def driver_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,10 +213,14 @@ def _results(messages: list[WriterCommitMessage | None]) -> list[TaskResult | No
 
 
 class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, writer: PartitionWriter, committer: Committer | None, run_id: str) -> None:
+    def __init__(self, writer: PartitionWriter, committer: Committer | None) -> None:
         self._writer = writer
         self._committer = committer
-        self._run_id = run_id
+
+    @property
+    def _run(self) -> RunToken | None:
+        eos = self._writer.exactly_once
+        return None if eos is None else eos.run
 
     def __repr__(self) -> str:
         return f"<aiokprod batch writer {self._writer!r}>"
@@ -198,7 +234,7 @@ class _BatchWriter(DataSourceArrowWriter):
         At-least-once has nothing to do: the records are in Kafka already.
         """
         if self._committer is not None:
-            self._committer.commit(self._run_id, None, _results(messages))
+            self._committer.commit(self._run, None, _results(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task (or the commit) failed: exactly-once aborts every transaction.
@@ -207,7 +243,7 @@ class _BatchWriter(DataSourceArrowWriter):
         rollback, the succeeded partitions' records stay.
         """
         if self._committer is not None:
-            self._committer.abort(self._run_id, None, _results(messages))
+            self._committer.abort(self._run, None, _results(messages))
 
 
 class _StreamWriter(DataSourceStreamArrowWriter):
@@ -227,7 +263,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         At-least-once: the micro-batch's records are in Kafka already.
         """
         if self._committer is not None:
-            self._committer.commit(_query_id(messages, batchId), batchId, _results(messages))
+            results = _results(messages)
+            self._committer.commit(None, batchId, results, _query_id(messages, batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Exactly-once: abort the micro-batch's transactions (complete a decided commit).
@@ -235,7 +272,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         At-least-once: the records already delivered stay.
         """
         if self._committer is not None:
-            self._committer.abort(_query_id(messages, batchId), batchId, _results(messages))
+            self._committer.abort(None, batchId, _results(messages))
 
 
 def _query_id(messages: list[WriterCommitMessage | None], batch_id: int) -> str:

@@ -231,11 +231,15 @@ class Driver:
 async def _step_commit(
     driver: Driver, admin: Any, prefix: str, committed: int, timeout_s: float
 ) -> str | None:
-    from aiokprod.spark.eos_records import decision_group, latest_decision
+    from aiokprod.spark.decision_store import DecisionStore
+
+    store = DecisionStore(admin, prefix)
 
     async def newest() -> Any:
-        offsets = await admin.list_consumer_group_offsets(decision_group(prefix))
-        return latest_decision(prefix, offsets)
+        stored = await store.latest()
+        if stored is None or stored.decision is None:
+            return None
+        return stored.sequence, stored.decision
 
     def signal_all(pids: list[int], sig: int) -> None:
         for pid in pids:

@@ -10,6 +10,7 @@ what a ``read_committed`` consumer reads. The settings of the short (``make test
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
@@ -45,7 +46,8 @@ from spark_chaos import (
 from spark_chaos_procs import descendants, executor_jvm, jvm_pid, kill, python_workers
 from txn_readback import read_committed
 
-from aiokprod.spark.eos_records import transactional_id
+from aiokprod.admin import Admin
+from aiokprod.spark.eos_records import parse_transactional_id
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.pytest_plugin import in_ci
 
@@ -107,6 +109,25 @@ def transaction_coordinator(cluster: LocalKafka, transactional_id: str) -> int:
     return next(p.leader for p in state.partitions if p.partition == partition)
 
 
+def open_transaction_of(cluster: LocalKafka, prefix: str, partition: int) -> str:
+    """The transactional id of the held task's open transaction (it is mid-write)."""
+
+    async def find() -> list[str]:
+        async with Admin(cluster.bootstrap_servers) as admin:
+            listed = await admin.list_transactions(states=["Ongoing"])
+        return [
+            t.transactional_id
+            for t in listed
+            if (name := parse_transactional_id(prefix, t.transactional_id)) is not None
+            and name.partition == partition
+        ]
+
+    found = asyncio.run(find())
+    if len(found) != 1:
+        raise ChaosError(f"partition {partition} of {prefix} has open transactions {found}")
+    return found[0]
+
+
 def kill_leader(cluster: LocalKafka, killed: list[int]) -> Fault:
     """SIGKILL the node that coordinates the exactly-once task's transaction (else leads the
     first topic's partition 0); it must also lead a partition of every topic written."""
@@ -115,7 +136,7 @@ def kill_leader(cluster: LocalKafka, killed: list[int]) -> Fault:
         eos = [r for r in runs if r.sink == EXACTLY_ONCE and r.held is not None]
         what = []
         if eos:
-            txn = transactional_id(eos[0].prefix, eos[0].held.partition)  # type: ignore[union-attr]
+            txn = open_transaction_of(cluster, eos[0].prefix, eos[0].held.partition)  # type: ignore[union-attr]
             victim = transaction_coordinator(cluster, txn)
             what.append(f"coordinator of {txn}")
         else:

@@ -34,9 +34,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from spark_session import local_spark
 
-from aiokprod.spark import ExactlyOnceCommitError, recover_transactions, write_dataframe
+from aiokprod.spark import ExactlyOnceCommitError, write_dataframe
 from aiokprod.spark.committer import Committer
-from aiokprod.spark.eos_records import decision_group, latest_decision, transactional_id
+from aiokprod.spark.decision_store import DecisionStore
+from aiokprod.spark.eos_records import RunToken, transactional_id
 from aiokprod.spark.exactly_once import TaskAction, TaskResult
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -77,6 +78,23 @@ def open_transactions(bootstrap: str, txn_prefix: str) -> list[str]:
         return [t.transactional_id for t in listed if t.transactional_id.startswith(txn_prefix)]
 
     return asyncio.run(run())
+
+
+def none_open_within(bootstrap: str, txn_prefix: str, seconds: float = 5.0) -> float:
+    """Seconds until no transaction of the prefix is open (fails after ``seconds``).
+
+    A task attempt Spark gave up on can still be writing when the job fails or the query
+    stops: it finds its run closed at its next check (every second) and aborts.
+    """
+    started = time.monotonic()
+    while open_transactions(bootstrap, txn_prefix):
+        if time.monotonic() - started > seconds:
+            raise AssertionError(
+                f"still open {seconds} s after the write ended: "
+                f"{open_transactions(bootstrap, txn_prefix)}"
+            )
+        time.sleep(0.2)
+    return time.monotonic() - started
 
 
 def test_a_batch_job_is_written_once(spark: SparkSession, kafka: LocalKafka, new_topic) -> None:
@@ -168,14 +186,7 @@ def test_a_failed_job_leaves_nothing_visible(
     with pytest.raises(PySparkException, match="cannot be written"):
         write_eos(df, kafka.bootstrap_servers, topic, p)
     assert read_committed(kafka.bootstrap_servers, topic, 2) == []
-    if open_transactions(kafka.bootstrap_servers, p):
-        # The driver's abort ended every transaction open then; a Python worker of a task
-        # Spark had given up on can still open its transaction after it (seen when this test
-        # ran after the chaos tests: partition 1's last attempt). The next job with the
-        # prefix ends it at its start, as recover_transactions does here (docs/spark.md,
-        # "Failures, one by one").
-        recover_transactions(kafka.bootstrap_servers, p)
-    assert open_transactions(kafka.bootstrap_servers, p) == []  # no LSO held back
+    none_open_within(kafka.bootstrap_servers, p)  # no LSO held back
     assert read_committed(kafka.bootstrap_servers, topic, 2) == []
     written = read_committed(kafka.bootstrap_servers, topic, 2, isolation="read_uncommitted")
     assert len(written) >= 5000, "partition 0 was never written: the job failed too early"
@@ -284,13 +295,7 @@ def test_a_stream_restarted_from_its_checkpoint_writes_each_row_once(
     assert set(values) == set(range(top + 1)), "a committed micro-batch is missing rows"
     assert (top + 1) % 400 == 0  # whole micro-batches only
     assert top + 1 >= 2400
-    if open_transactions(kafka.bootstrap_servers, p):
-        # Stopped in the middle of a micro-batch: Spark's abort ends what is open then, but a
-        # task's Python worker can still open its transaction after it (seen once in the full
-        # suite). A restart of the query fences it; without one, recover_transactions ends it
-        # (docs/spark.md, "Failures, one by one").
-        recover_transactions(kafka.bootstrap_servers, p)
-    assert open_transactions(kafka.bootstrap_servers, p) == []
+    none_open_within(kafka.bootstrap_servers, p)
     assert (
         collections.Counter(int(v) for v in read_committed(kafka.bootstrap_servers, topic, 3))
         == values
@@ -324,8 +329,17 @@ def test_the_exactly_once_example(
 # --- the driver's crash in the middle of a commit (no Spark: the committer itself) --------
 
 
-async def prepare(bootstrap: str, topic: str, p: str, partition: int, values: list[bytes]) -> Any:
-    producer = Producer(bootstrap, transactional_id=transactional_id(p, partition))
+async def prepare(
+    bootstrap: str,
+    topic: str,
+    p: str,
+    partition: int,
+    values: list[bytes],
+    run: RunToken,
+    streaming: bool = False,
+) -> Any:
+    scope = None if streaming else run
+    producer = Producer(bootstrap, transactional_id=transactional_id(p, partition, 0, scope))
     await producer.start()
     await producer.begin_transaction()
     for v in values:
@@ -335,55 +349,63 @@ async def prepare(bootstrap: str, topic: str, p: str, partition: int, values: li
     return prepared
 
 
+def written(partition: int, prepared: Any, topic: str, run: RunToken) -> TaskResult:
+    return TaskResult(partition, TaskAction.WRITE, prepared, topic, run)
+
+
 def test_a_commit_interrupted_after_the_decision_is_completed_by_the_next_run(
     kafka: LocalKafka, new_topic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The driver stores its decision, commits partition 0 and dies: partitions 1 and 2 stay
-    open. The next job's recovery commits them (it does not abort them), and aborts an open
+    open. The next job's planning commits them (it does not abort them), and aborts an open
     transaction of the prefix that the decision does not name."""
     topic, p = new_topic(partitions=2), prefix()
     bootstrap = kafka.bootstrap_servers
+    committer = Committer(bootstrap, {}, p, streaming=False)
+    run = committer.open_run()
     rows = {i: [f"{i}-{n}".encode() for n in range(100)] for i in range(3)}
-    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i])) for i in range(3)}
-    straggler = asyncio.run(prepare(bootstrap, topic, p, 7, [b"loser"]))
-    assert straggler is not None
-    results: list[TaskResult | None] = [
-        TaskResult(i, TaskAction.WRITE, prepared[i], topic) for i in range(3)
-    ]
+    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i], run)) for i in range(3)}
+    straggler = asyncio.run(prepare(bootstrap, topic, p, 7, [b"loser"], run))
+    results: list[TaskResult | None] = [written(i, prepared[i], topic, run) for i in range(3)]
 
     calls = 0
+    first_done = False
     original = Admin.complete_transaction
 
     async def die_after_one(self: Admin, txn: Any, *, commit: bool) -> None:
-        nonlocal calls
+        nonlocal calls, first_done
         calls += 1
-        if calls > 1:
-            raise SystemExit("the driver died")
-        await original(self, txn, commit=commit)
+        if calls == 1:
+            await original(self, txn, commit=commit)
+            first_done = True
+            return
+        while not first_done:  # the EndTxn calls run concurrently: let the first one land
+            await asyncio.sleep(0.01)
+        raise SystemExit("the driver died")
 
-    committer = Committer(bootstrap, {}, p, streaming=False)
     monkeypatch.setattr(Admin, "complete_transaction", die_after_one)
     with pytest.raises(SystemExit):
-        committer.commit("run-1", None, results)
+        committer.commit(run, None, results)
     monkeypatch.undo()
 
     seen = read_committed(bootstrap, topic, 2, idle_s=1.0)
-    assert sorted(seen) == sorted(rows[0])  # only partition 0 got its EndTxn
-    report = committer.recover(fence_open=True)
+    assert sorted(seen) == sorted(rows[0])  # only one got its EndTxn: partition 0, the first
+    report = committer.recover()
     assert report.committed == (0, 1, 2)
     assert report.lost == ()
-    assert report.aborted == (transactional_id(p, 7),)
+    assert report.aborted == (straggler.transactional_id,)
     seen = read_committed(bootstrap, topic, 2, idle_s=1.0)
     assert sorted(seen) == sorted(rows[0] + rows[1] + rows[2])
     assert open_transactions(bootstrap, p) == []
 
     async def decision() -> Any:
         async with Admin(bootstrap) as admin:
-            return latest_decision(p, await admin.list_consumer_group_offsets(decision_group(p)))
+            return await DecisionStore(admin, p).latest()
 
     found = asyncio.run(decision())
     assert found is not None
-    assert found[1].done
+    assert found.decision is not None
+    assert found.decision.done
 
 
 def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
@@ -391,8 +413,10 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
 ) -> None:
     topic, p = new_topic(partitions=2), prefix()
     bootstrap = kafka.bootstrap_servers
+    committer = Committer(bootstrap, {}, p, streaming=False)
+    run = committer.open_run()
     prepared = {
-        i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()])) for i in range(2)
+        i: asyncio.run(prepare(bootstrap, topic, p, i, [f"{i}".encode()], run)) for i in range(2)
     }
 
     async def fence() -> None:
@@ -400,11 +424,9 @@ def test_a_commit_finds_a_transaction_gone_and_commits_nothing(
             await admin.fence_producers([prepared[1].transactional_id])
 
     asyncio.run(fence())  # as the coordinator's timeout would: partition 1 is aborted
-    results: list[TaskResult | None] = [
-        TaskResult(i, TaskAction.WRITE, prepared[i], topic) for i in range(2)
-    ]
+    results: list[TaskResult | None] = [written(i, prepared[i], topic, run) for i in range(2)]
     with pytest.raises(ExactlyOnceCommitError, match="nothing was committed") as failure:
-        Committer(bootstrap, {}, p, streaming=False).commit("run-2", None, results)
+        committer.commit(run, None, results)
     assert failure.value.lost == (1,)
     assert read_committed(bootstrap, topic, 2, idle_s=1.0) == []
     assert open_transactions(bootstrap, p) == []
@@ -419,24 +441,26 @@ def test_abort_after_a_decided_commit_completes_it(
 
     topic, p = new_topic(partitions=2), prefix()
     bootstrap = kafka.bootstrap_servers
+    committer = Committer(bootstrap, {}, p, streaming=True)
+    run = committer.open_run()
     rows = {i: [f"{i}-{n}".encode() for n in range(50)] for i in range(3)}
-    prepared = {i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i])) for i in range(3)}
-    results: list[TaskResult | None] = [
-        TaskResult(i, TaskAction.WRITE, prepared[i], topic) for i in range(3)
-    ]
+    prepared = {
+        i: asyncio.run(prepare(bootstrap, topic, p, i, rows[i], run, streaming=True))
+        for i in range(3)
+    }
+    results: list[TaskResult | None] = [written(i, prepared[i], topic, run) for i in range(3)]
     original = Admin.complete_transaction
 
     async def coordinator_gone_for_partition_2(self: Admin, txn: Any, *, commit: bool) -> None:
-        if txn.transactional_id == transactional_id(p, 2):
+        if txn.transactional_id == prepared[2].transactional_id:
             raise KafkaTimeoutError("EndTxn did not complete within max_block_ms")
         await original(self, txn, commit=commit)
 
-    committer = Committer(bootstrap, {}, p, streaming=True)
     monkeypatch.setattr(Admin, "complete_transaction", coordinator_gone_for_partition_2)
     with pytest.raises(KafkaTimeoutError):
-        committer.commit("query-1", 7, results)
+        committer.commit(None, 7, results, "query-1")
     monkeypatch.undo()
-    report = committer.abort("query-1", 7, results)
+    report = committer.abort(None, 7, results)
     assert report.committed == (0, 1, 2)
     seen = read_committed(bootstrap, topic, 2, idle_s=1.0)
     assert sorted(seen) == sorted(rows[0] + rows[1] + rows[2])
@@ -454,10 +478,12 @@ def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_t
 
     topic, p = new_topic(partitions=1), prefix()
     bootstrap = kafka.bootstrap_servers
-    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceConfig(p, True))
     committer = Committer(bootstrap, {}, p, streaming=True)
 
     def run(query: str, batch: int, values: list[str]) -> Any:
+        token = committer.open_run()  # the micro-batch's planning
+        eos = ExactlyOnceConfig(p, True, token)
+        writer = PartitionWriter(bootstrap, {}, topic, exactly_once=eos)
         batches = [pa.RecordBatch.from_pydict({"value": pa.array(values, pa.string())})]
         result = writer.write(0, batches, 0, MicroBatch(query, batch))
         assert result.ok, result.error
@@ -468,8 +494,9 @@ def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_t
             else (TaskAction.WRITE if result.transaction else TaskAction.NOTHING),
             result.transaction,
             result.topic,
+            result.run,
         )
-        committer.commit(query, batch, [task])
+        committer.commit(None, batch, [task], query)
         return result
 
     first = run("q", 3, ["a", "b"])
@@ -483,3 +510,26 @@ def test_a_replayed_micro_batch_skips_what_it_committed(kafka: LocalKafka, new_t
     assert not run("other-query", 3, ["d"]).skipped  # a new checkpoint reusing the prefix
     assert not run("q", 5, []).skipped  # empty: no transaction at all
     assert sorted(read_committed(bootstrap, topic, 1, idle_s=1.0)) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_task_of_a_closed_run_writes_nothing(kafka: LocalKafka, new_topic) -> None:
+    """A straggler: its run was closed (the job failed, the query stopped) before it
+    started. It fails without opening a transaction."""
+    import pyarrow as pa
+
+    from aiokprod.spark.exactly_once import ExactlyOnceConfig
+    from aiokprod.spark.partition_writer import PartitionWriter
+
+    topic, p = new_topic(partitions=1), prefix()
+    bootstrap = kafka.bootstrap_servers
+    committer = Committer(bootstrap, {}, p, streaming=False)
+    stale = committer.open_run()
+    committer.abort(stale, None, [])
+    writer = PartitionWriter(bootstrap, {}, topic, exactly_once=ExactlyOnceConfig(p, False, stale))
+    batches = [pa.RecordBatch.from_pydict({"value": pa.array(["late"], pa.string())})]
+    result = writer.write(0, batches, 0)
+    assert not result.ok
+    assert result.error is not None
+    assert "StaleRunError" in result.error
+    assert open_transactions(bootstrap, p) == []
+    assert read_committed(bootstrap, topic, 1, idle_s=1.0, isolation="read_uncommitted") == []

@@ -215,14 +215,20 @@ def test_at_least_once_is_the_default() -> None:
     assert "transaction_timeout_ms" not in sink.producer_options
 
 
-def test_exactly_once_takes_a_prefix_and_a_longer_transaction_timeout() -> None:
+def test_exactly_once_takes_a_prefix_and_a_timeout_sized_to_the_write() -> None:
+    from aiokprod.spark.exactly_once import transaction_options
+
     # Spark hands the names over lower-cased
     sink = parse_sink_options(
         {**BOOT, "deliveryguarantee": "Exactly-Once", "transactionalidprefix": "orders"}
     )
     assert sink.exactly_once
     assert sink.transactional_id_prefix == "orders"
-    assert sink.producer_options["transaction_timeout_ms"] == 900_000
+    assert "transaction_timeout_ms" not in sink.producer_options  # set per kind of write:
+    batch = transaction_options(sink.producer_options, streaming=False)
+    assert batch["transaction_timeout_ms"] == 900_000
+    stream = transaction_options(sink.producer_options, streaming=True)
+    assert stream["transaction_timeout_ms"] == 300_000
 
 
 def test_a_transaction_timeout_given_is_kept() -> None:
