@@ -33,6 +33,7 @@ from aiokprod.spark.eos_records import (
     next_sequence,
     parse_transactional_id,
     query_tag,
+    transactional_id,
 )
 from aiokprod.spark.exactly_once import (
     CommitPlan,
@@ -90,6 +91,14 @@ class CommitReport:
     aborted: tuple[str, ...] = ()
 
 
+def _attempt(result: TaskResult | None) -> int:
+    """The attempt of the task that wrote ``result`` (0 if it wrote nothing)."""
+    if result is None or result.transaction is None:
+        return 0
+    name = result.transaction.transactional_id.rsplit(".", 1)[-1]
+    return int(name) if name.isdigit() else 0
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -108,6 +117,8 @@ class Committer:
             transaction's own timeout.
         in_use_wait_ms: how long planning watches a run that another driver left open for
             transactions it begins, before taking the prefix over (0: never watch).
+        fence_attempts: an abort fences the ids of this many attempts of every partition
+            (Spark's ``spark.task.maxFailures``, 4 by default, bounds a task's attempts).
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -117,6 +128,7 @@ class Committer:
     clock: Callable[[], int] = _wall_ms
     margin_ms: int | None = None
     in_use_wait_ms: int = IN_USE_WAIT_MS
+    fence_attempts: int = 4
 
     def __repr__(self) -> str:  # options may hold credentials
         return f"<aiokprod.spark committer prefix={self.prefix!r} streaming={self.streaming}>"
@@ -406,7 +418,34 @@ class Committer:
         txns = [r.transaction for r in results if r is not None and r.transaction is not None]
         await self._abort_all(admin, txns)
         aborted = await self._leftovers(admin, ours, run)
+        if ours or (run is not None and not self.streaming):
+            await self._fence_attempts(admin, run, results)
         return CommitReport(aborted=tuple(t.transactional_id for t in txns) + aborted)
+
+    async def _fence_attempts(
+        self, admin: AdminCalls | Admin, run: RunToken | None, results: Sequence[TaskResult | None]
+    ) -> None:
+        """Fence the ids every task attempt of the run may use, open or not yet.
+
+        A task that passed its run check just before the run was closed may open its
+        transaction after the listing of open ones - and its process may die before its next
+        check. Its id's InitProducerId here aborts that transaction, or fences the producer
+        before it writes (docs/design.md, "Exactly-once from Spark").
+        """
+        if self.streaming:
+            scope = None
+        elif run is not None:
+            scope = run
+        else:
+            return  # a batch job's ids carry its run: nothing of an unknown run is known
+        attempts = max([self.fence_attempts - 1, *(_attempt(r) for r in results)]) + 1
+        ids = [
+            transactional_id(self.prefix, partition, attempt, scope)
+            for partition in range(len(results))
+            for attempt in range(attempts)
+        ]
+        if ids:
+            await admin.fence_producers(ids)
 
     async def _leftovers(
         self, admin: AdminCalls | Admin, ours: bool, run: RunToken | None

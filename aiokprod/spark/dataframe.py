@@ -122,7 +122,7 @@ def write_dataframe(
         rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
     except BaseException:
         if committer is not None:  # a task failed for good: close the run, abort its leftovers
-            committer.abort(run, None, [])
+            committer.abort(run, None, [None] * selected.rdd.getNumPartitions())
         raise
     results = sorted((_result(r) for r in rows), key=lambda r: r.partition)
     task_results = [

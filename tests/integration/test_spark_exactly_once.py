@@ -369,18 +369,19 @@ def test_a_commit_interrupted_after_the_decision_is_completed_by_the_next_run(
     results: list[TaskResult | None] = [written(i, prepared[i], topic, run) for i in range(3)]
 
     calls = 0
-    first_done = False
+    first_done: asyncio.Event | None = None
     original = Admin.complete_transaction
 
     async def die_after_one(self: Admin, txn: Any, *, commit: bool) -> None:
         nonlocal calls, first_done
         calls += 1
+        if first_done is None:
+            first_done = asyncio.Event()
         if calls == 1:
             await original(self, txn, commit=commit)
-            first_done = True
+            first_done.set()
             return
-        while not first_done:  # the EndTxn calls run concurrently: let the first one land
-            await asyncio.sleep(0.01)
+        await first_done.wait()  # the EndTxn calls run concurrently: let the first one land
         raise SystemExit("the driver died")
 
     monkeypatch.setattr(Admin, "complete_transaction", die_after_one)

@@ -95,8 +95,9 @@ class SinkAdapter:
         margin_ticks: the commit margin, in ticks.
     """
 
-    def __init__(self, margin_ticks: int = 1) -> None:
+    def __init__(self, margin_ticks: int = 1, attempts: int = 2) -> None:
         self._margin_ms = margin_ticks * TICK_MS
+        self._attempts = attempts
 
     def _committer(self, write: Write, admin: ModelAdmin, timeout_ticks: int) -> Committer:
         return Committer(
@@ -107,6 +108,7 @@ class SinkAdapter:
             clock=admin.now_ms,
             margin_ms=self._margin_ms,
             in_use_wait_ms=0,  # a wait for activity: liveness, not safety (docs/spark.md)
+            fence_attempts=self._attempts,
         )
 
     async def plan(self, write: Write, admin: ModelAdmin) -> Any:

@@ -39,7 +39,7 @@ class LegacyAdapter:
         self._module = module
 
     def _committer(self, write: Write, admin: ModelAdmin) -> Any:
-        self._module.time = _ModelTime(admin)  # type: ignore[assignment]
+        self._module.time = _ModelTime(admin)
         return self._module.Committer("model:9092", {}, PREFIX, write.streaming)
 
     async def plan(self, write: Write, admin: ModelAdmin) -> Any:

@@ -21,6 +21,7 @@ from aiokprod.errors import (
     ProducerFencedError,
 )
 from aiokprod.logs import get_logger
+from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartition
 from eos_legacy.eos_records import (
     Decision,
     batch_committed,
@@ -31,7 +32,6 @@ from eos_legacy.eos_records import (
     partition_of,
 )
 from eos_legacy.exactly_once import RecoveryPlan, TaskResult, plan_commit, plan_recovery
-from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartition
 
 if TYPE_CHECKING:
     from aiokprod.admin import Admin

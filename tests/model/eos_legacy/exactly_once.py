@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from aiokprod.errors import ConfigError
-from eos_legacy.eos_records import Decision, batch_committed, partition_of
 from aiokprod.types import OffsetAndMetadata, PreparedTransaction, TopicPartition
+from eos_legacy.eos_records import Decision, batch_committed, partition_of
 
 __all__ = [
     "AT_LEAST_ONCE",
