@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # the benchmark suite's peers and tools too (make bench; make lint type-checks benchmarks/)
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-spark-chaos test-under-load test-pythons lint format docs docs-check kafka bench clean simulate
+.PHONY: demo test test-compiled test-uvloop wheels test-unit test-versions test-spark-chaos test-spark-stalls test-under-load test-pythons lint format docs docs-check kafka bench clean simulate model-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,21 @@ test-pythons:
 ## docs: build the documentation (mkdocs, strict: a broken link or page fails)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## model-check: the model checker of the Spark sink's exactly-once protocol
+##              (docs/design.md, "Exactly-once from Spark"): every interleaving and crash point
+##              of the larger configurations of aiokprod/testing/eos_model/configs.py, then
+##              WALKS seeded random runs of the widest (make test explores the small ones)
+WALKS ?= 20000
+model-check: $(STAMP)
+	$(PY) -m aiokprod.testing.eos_model --long --walks $(WALKS)
+
+## test-spark-stalls: how long read_committed consumers are held back after an exactly-once
+##                    write ends without committing (a query stopped mid-batch with its
+##                    workers frozen, a failed job with an attempt still writing), 20 runs each
+test-spark-stalls: $(STAMP)
+	AIOKPROD_STALL_RUNS=20 $(PY) -m pytest tests/integration/test_spark_no_open_transaction.py \
+		-k "holds_nobody_back" -s -p no:cacheprovider $(PYTEST_ARGS)
 
 ## simulate: the deterministic simulation of the producer under faults (docs/simulation.md);
 ##           SEEDS=N seeds from START=S (default 10000 from 0); replay one: SEED=X

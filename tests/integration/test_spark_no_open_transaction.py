@@ -3,12 +3,13 @@
 Real Spark (``local[2,4]``) and a real broker; what consumers see is measured with librdkafka
 (the last stable offset against the high watermark, stalls.py):
 
-- a streaming query stopped in the middle of a micro-batch while its Python workers are
-  frozen (SIGSTOP), the workers resumed after ``stop()`` returned: the attempts Spark gave up
-  on find their run closed, and no partition is held back 5 s later;
-- a batch job that fails while an attempt of another partition is still writing;
 - a second job on a prefix a running query writes with: it fails before writing anything,
-  naming the option, and the query goes on.
+  naming the option, and the query goes on;
+- a batch job that fails while an attempt of another partition is still writing;
+- a streaming query stopped in the middle of a micro-batch while its Python workers are
+  frozen (SIGSTOP), the workers resumed after ``stop()`` returned (Spark does not end them:
+  they go on where they were): the attempts Spark gave up on find their run closed, and no
+  partition is held back 5 s later.
 
 ``make test-spark-stalls`` runs the first two 20 times each and prints the stall table.
 """
@@ -42,6 +43,10 @@ from stalls import freeze, held_back, seconds_until_released, thaw
 
 #: Runs of each measured scenario (``make test-spark-stalls`` sets 20).
 RUNS = int(os.environ.get("AIOKPROD_STALL_RUNS", "1"))
+
+# A query's first micro-batch waits for the transaction coordinator to come up on a fresh
+# broker (over a minute on a busy 2-core machine): more than pytest's default 300 s per test.
+pytestmark = pytest.mark.timeout(600 + 240 * RUNS)
 #: The target: every partition released this long after the write ended.
 RELEASED_WITHIN_S = 5.0
 
@@ -91,6 +96,36 @@ def wait_for(condition: Any, timeout_s: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def test_a_second_writer_on_a_prefix_in_use_fails_before_writing(
+    spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path: Path
+) -> None:
+    topic, other = new_topic(partitions=4), new_topic(partitions=1)
+    prefix = f"shared-{uuid.uuid4().hex[:8]}"
+    query = start_stream(spark, kafka.bootstrap_servers, topic, prefix, tmp_path / "q", 400)
+    try:
+        wait_for(lambda: len(query.recentProgress) >= 2, 120, "two micro-batches")
+        df = spark.range(100, numPartitions=1).selectExpr("cast(id AS string) AS value")
+        with pytest.raises(PySparkException, match=r"transactionalIdPrefix .* is in use"):
+            (
+                df.write.format("aiokprod")
+                .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                .option("topic", other)
+                .option("deliveryGuarantee", "exactly-once")
+                .option("transactionalIdPrefix", prefix)
+                .mode("append")
+                .save()
+            )
+        done = len(query.recentProgress)
+        wait_for(lambda: len(query.recentProgress) >= done + 2, 120, "the query going on")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert read_committed(kafka.bootstrap_servers, other, 1, idle_s=1.0,
+                          isolation="read_uncommitted") == []  # fmt: skip
+    rows = collections.Counter(read_committed(kafka.bootstrap_servers, topic, 4))
+    assert max(rows.values()) == 1
 
 
 def stop_with_workers_frozen(
@@ -172,33 +207,3 @@ def test_a_failed_job_with_an_attempt_still_writing_holds_nobody_back(
     ]
     print(f"\nfailed job, an attempt still writing: {RUNS} runs, longest {max(stalls):.2f} s")
     assert max(stalls) < RELEASED_WITHIN_S, stalls
-
-
-def test_a_second_writer_on_a_prefix_in_use_fails_before_writing(
-    spark: SparkSession, kafka: LocalKafka, new_topic, tmp_path: Path
-) -> None:
-    topic, other = new_topic(partitions=4), new_topic(partitions=1)
-    prefix = f"shared-{uuid.uuid4().hex[:8]}"
-    query = start_stream(spark, kafka.bootstrap_servers, topic, prefix, tmp_path / "q", 400)
-    try:
-        wait_for(lambda: len(query.recentProgress) >= 2, 120, "two micro-batches")
-        df = spark.range(100, numPartitions=1).selectExpr("cast(id AS string) AS value")
-        with pytest.raises(PySparkException, match=r"transactionalIdPrefix .* is in use"):
-            (
-                df.write.format("aiokprod")
-                .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-                .option("topic", other)
-                .option("deliveryGuarantee", "exactly-once")
-                .option("transactionalIdPrefix", prefix)
-                .mode("append")
-                .save()
-            )
-        done = len(query.recentProgress)
-        wait_for(lambda: len(query.recentProgress) >= done + 2, 120, "the query going on")
-        assert query.exception() is None
-    finally:
-        query.stop()
-    assert read_committed(kafka.bootstrap_servers, other, 1, idle_s=1.0,
-                          isolation="read_uncommitted") == []  # fmt: skip
-    rows = collections.Counter(read_committed(kafka.bootstrap_servers, topic, 4))
-    assert max(rows.values()) == 1
