@@ -136,11 +136,15 @@ model-check: $(STAMP)
 	$(PY) -m aiokprod.testing.eos_model --long --walks $(WALKS)
 
 ## test-spark-stalls: how long read_committed consumers are held back after an exactly-once
-##                    write ends without committing (a query stopped mid-batch with its
-##                    workers frozen, a failed job with an attempt still writing), 20 runs each
+##                    write ends without committing, 20 runs of each scenario (a query stopped
+##                    mid-batch with its workers frozen, a failed job with an attempt still
+##                    writing, the first query on a fresh broker stopped at once), and a job of
+##                    10,000 Spark partitions (~1 hour here)
 test-spark-stalls: $(STAMP)
-	AIOKPROD_STALL_RUNS=20 $(PY) -m pytest tests/integration/test_spark_no_open_transaction.py \
-		-k "holds_nobody_back" -s -p no:cacheprovider $(PYTEST_ARGS)
+	AIOKPROD_SPARK_CHAOS=long AIOKPROD_STALL_RUNS=20 $(PY) -m pytest -s -p no:cacheprovider \
+		tests/integration/test_spark_no_open_transaction.py -k "holds_nobody_back" \
+		"tests/integration/test_spark_exactly_once.py::test_ten_thousand_partitions_in_one_job" \
+		$(PYTEST_ARGS)
 
 ## simulate: the deterministic simulation of the producer under faults (docs/simulation.md);
 ##           SEEDS=N seeds from START=S (default 10000 from 0); replay one: SEED=X

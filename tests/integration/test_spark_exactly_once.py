@@ -534,3 +534,21 @@ def test_a_task_of_a_closed_run_writes_nothing(kafka: LocalKafka, new_topic) -> 
     assert "StaleRunError" in result.error
     assert open_transactions(bootstrap, p) == []
     assert read_committed(bootstrap, topic, 1, idle_s=1.0, isolation="read_uncommitted") == []
+
+
+@pytest.mark.chaos_long
+@pytest.mark.timeout(3600)
+def test_ten_thousand_partitions_in_one_job(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    """A decision of 10,000 transactions (spread over 14 offset slots), few rows each."""
+    topic, p = new_topic(partitions=6), prefix()
+    df = spark.range(20_000, numPartitions=10_000).selectExpr("cast(id AS string) AS value")
+    started = time.monotonic()
+    write_eos(df, kafka.bootstrap_servers, topic, p)
+    took = time.monotonic() - started
+    values = collections.Counter(int(v) for v in read_committed(kafka.bootstrap_servers, topic, 6))
+    assert set(values) == set(range(20_000))
+    assert max(values.values()) == 1
+    assert open_transactions(kafka.bootstrap_servers, p) == []
+    print(f"\n10,000 Spark partitions, 20,000 rows: written and committed in {took:.0f} s")

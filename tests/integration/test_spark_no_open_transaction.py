@@ -207,3 +207,38 @@ def test_a_failed_job_with_an_attempt_still_writing_holds_nobody_back(
     ]
     print(f"\nfailed job, an attempt still writing: {RUNS} runs, longest {max(stalls):.2f} s")
     assert max(stalls) < RELEASED_WITHIN_S, stalls
+
+
+def stop_on_a_fresh_broker(spark: SparkSession, tmp: Path) -> float:
+    """One run: the first query on a broker just started, its workers frozen at once."""
+    with LocalKafka() as fresh:
+        topic = "fresh"
+        fresh.create_topic(topic, partitions=4)
+        prefix = f"fresh-{uuid.uuid4().hex[:8]}"
+        query = start_stream(spark, fresh.bootstrap_servers, topic, prefix, tmp / prefix, 2000)
+        root = jvm_pid(spark)
+        frozen: list[int] = []
+        try:
+            # the first micro-batch's tasks have started; the coordinator is still coming up
+            wait_for(lambda: python_workers(root), 120, "the first tasks")
+            time.sleep(0.5)
+            frozen = freeze(python_workers(root))
+            stopper = threading.Thread(target=query.stop, daemon=True)
+            stopper.start()
+            stopper.join(180)
+            assert not stopper.is_alive(), "query.stop() did not return with the workers frozen"
+        finally:
+            thaw(frozen)
+        seconds = seconds_until_released(fresh.bootstrap_servers, topic, 4, time.monotonic())
+        rows = collections.Counter(read_committed(fresh.bootstrap_servers, topic, 4, idle_s=1.0))
+        assert max(rows.values(), default=1) == 1
+        return seconds
+
+
+@pytest.mark.chaos_long
+def test_the_first_query_on_a_fresh_broker_stopped_at_once_holds_nobody_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stalls = [stop_on_a_fresh_broker(spark, tmp_path) for _ in range(RUNS)]
+    print(f"\nfresh broker, stopped at once: {RUNS} runs, longest {max(stalls):.2f} s")
+    assert max(stalls) < RELEASED_WITHIN_S, stalls
