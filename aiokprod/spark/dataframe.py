@@ -122,7 +122,7 @@ def write_dataframe(
         rows = selected.mapInArrow(_MapWriter(writer), _RESULT_SCHEMA).collect()
     except BaseException:
         if committer is not None:  # a task failed for good: close the run, abort its leftovers
-            committer.abort(run, None, [None] * selected.rdd.getNumPartitions())
+            committer.abort(run, None, [None] * _partitions(selected))
         raise
     results = sorted((_result(r) for r in rows), key=lambda r: r.partition)
     task_results = [
@@ -142,6 +142,14 @@ def write_dataframe(
     if committer is not None:
         committer.commit(run, None, task_results)
     return {r.partition: r.delivered for r in results}
+
+
+def _partitions(df: Any) -> int:
+    """How many Spark partitions ``df`` has (0 if Spark cannot say any more)."""
+    try:
+        return int(df.rdd.getNumPartitions())
+    except Exception:  # noqa: BLE001 - the abort then fences what it lists, not each attempt
+        return 0
 
 
 def _result(r: Any) -> PartitionResult:
