@@ -148,7 +148,7 @@ def _partitions(df: Any) -> int:
     """How many Spark partitions ``df`` has (0 if Spark cannot say any more)."""
     try:
         return int(df.rdd.getNumPartitions())
-    except Exception:  # noqa: BLE001 - the abort then fences what it lists, not each attempt
+    except Exception:  # the abort then fences what it lists, not each attempt
         return 0
 
 
