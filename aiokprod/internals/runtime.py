@@ -39,7 +39,7 @@ from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.internals.sender import Sender
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.telemetry import TelemetryState
-from aiokprod.internals.telemetry_metrics import Groups, TelemetryMetrics
+from aiokprod.internals.telemetry_metrics import Groups, TelemetryMetrics, TopicRows
 from aiokprod.internals.telemetry_task import TelemetrySender
 from aiokprod.internals.transactions import TransactionManager
 from aiokprod.internals.txn_requests import TransactionCoordinator
@@ -262,13 +262,14 @@ class ProducerRuntime:
         return self.telemetry
 
     def metric_groups(self) -> Groups:
-        """producer-metrics, producer-topic-metrics and producer-node-metrics, now."""
+        """producer-metrics, producer-topic-metrics and producer-node-metrics, now.
+
+        Topics are read one at a time, as a push is built in steps (:class:`TopicRows`).
+        """
+        stats = self.stats
         now_ms = self.clock.monotonic_ms()
-        return (
-            self.producer_metrics(),
-            self.stats.topic_metrics(now_ms),
-            self.stats.node_metrics(now_ms),
-        )
+        topics = TopicRows(stats.topic_names(), lambda topic: stats.topic_row(topic, now_ms))
+        return self.producer_metrics(), topics, stats.node_metrics(now_ms)
 
     async def flush(self, timeout: float | None) -> None:
         """Make every queued batch ready now and wait until each ended (``Producer.flush``).

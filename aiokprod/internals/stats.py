@@ -373,20 +373,16 @@ class ProducerStats:
 
     def topic_metrics(self, now_ms: int) -> dict[str, dict[str, float]]:
         """``producer-topic-metrics`` per topic."""
-        out: dict[str, dict[str, float]] = {}
-        for topic, g in self._topics.items():
-            out[topic] = {
-                "record-send-rate": _rate(g, "record-send", now_ms),
-                "record-send-total": g.total("record-send"),
-                "byte-rate": _rate(g, "byte", now_ms),
-                "byte-total": g.total("byte"),
-                "compression-rate": _avg(g, "compression-rate", now_ms),
-                "record-retry-rate": _rate(g, "record-retry", now_ms),
-                "record-retry-total": g.total("record-retry"),
-                "record-error-rate": _rate(g, "record-error", now_ms),
-                "record-error-total": g.total("record-error"),
-            }
-        return out
+        return {topic: _topic_row(g, now_ms) for topic, g in self._topics.items()}
+
+    def topic_names(self) -> list[str]:
+        """The topics of ``producer-topic-metrics`` (a copy)."""
+        return list(self._topics)
+
+    def topic_row(self, topic: str, now_ms: int) -> dict[str, float] | None:
+        """One topic's ``producer-topic-metrics`` (None: not, or no longer, kept)."""
+        g = self._topics.get(topic)
+        return None if g is None else _topic_row(g, now_ms)
 
     def node_metrics(self, now_ms: int) -> dict[int, dict[str, float]]:
         """``producer-node-metrics`` per broker."""
@@ -411,6 +407,20 @@ class ProducerStats:
             "record-queue-time-ms": self.record_queue_time.snapshot(),
             "send-to-ack-ms": self.send_to_ack.snapshot(),
         }
+
+
+def _topic_row(g: _Group, now_ms: int) -> dict[str, float]:
+    return {
+        "record-send-rate": _rate(g, "record-send", now_ms),
+        "record-send-total": g.total("record-send"),
+        "byte-rate": _rate(g, "byte", now_ms),
+        "byte-total": g.total("byte"),
+        "compression-rate": _avg(g, "compression-rate", now_ms),
+        "record-retry-rate": _rate(g, "record-retry", now_ms),
+        "record-retry-total": g.total("record-retry"),
+        "record-error-rate": _rate(g, "record-error", now_ms),
+        "record-error-total": g.total("record-error"),
+    }
 
 
 def _rate(group: _Group, name: str, now_ms: int) -> float:

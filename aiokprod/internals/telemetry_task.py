@@ -27,7 +27,7 @@ from aiokprod.clock import Clock
 from aiokprod.errors import KafkaError
 from aiokprod.internals.stats import ProducerStats
 from aiokprod.internals.telemetry import Outcome, Phase, TelemetryState
-from aiokprod.internals.telemetry_metrics import Groups, TelemetryMetrics
+from aiokprod.internals.telemetry_metrics import Groups, Payload, TelemetryMetrics
 from aiokprod.logs import get_logger
 from aiokprod.net.connection import BrokerConnection
 from aiokprod.net.pool import ConnectionPool
@@ -184,7 +184,14 @@ class TelemetrySender:
         sub = self.state.subscription
         if sub is None:  # pragma: no cover - PUSH has a subscription
             return
-        payload = self._builder.payload(self._read_groups(), sub, self._wall_ns())
+        steps = self._builder.build(self._read_groups(), sub, self._wall_ns())
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                payload: Payload = done.value
+                break
+            await asyncio.sleep(0)  # a large push is built in steps
         request = PushTelemetryRequest(
             client_instance_id=sub.instance_id,
             subscription_id=sub.subscription_id,

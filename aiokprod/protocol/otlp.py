@@ -88,24 +88,49 @@ def _key_value(key: str, value: str) -> bytes:
     return bytes(out)
 
 
-def _point(point: NumberPoint) -> bytearray:
+#: A point's start time, time and double value: keys 2, 3 (fixed64) and 4 (double).
+_TIMES_VALUE: Final = struct.Struct("<BQBQBd")
+_TIME_VALUE: Final = struct.Struct("<BQBd")
+
+
+def encode_attributes(attributes: Attributes) -> bytes:
+    """A data point's attributes, encoded (callers may keep them: they repeat every push)."""
     out = bytearray()
+    for key, value in attributes:
+        _bytes_field(out, 7, _key_value(key, value))  # NumberDataPoint.attributes
+    return bytes(out)
+
+
+def encode_point(point: NumberPoint, attributes: bytes | None = None) -> bytes:
+    """One ``NumberDataPoint`` (``attributes``: its attributes already encoded, if known)."""
     if point.start_time_unix_nano:
-        _key(out, 2, 1)  # start_time_unix_nano, fixed64
-        out += _FIXED64.pack(point.start_time_unix_nano)
-    _key(out, 3, 1)  # time_unix_nano, fixed64
-    out += _FIXED64.pack(point.time_unix_nano)
-    _key(out, 4, 1)  # as_double
-    out += _DOUBLE.pack(point.value)
-    for key, value in point.attributes:
-        _bytes_field(out, 7, _key_value(key, value))  # attributes
-    return out
+        head = _TIMES_VALUE.pack(
+            0x11, point.start_time_unix_nano, 0x19, point.time_unix_nano, 0x21, point.value
+        )
+    else:
+        head = _TIME_VALUE.pack(0x19, point.time_unix_nano, 0x21, point.value)
+    if attributes is None:
+        attributes = encode_attributes(point.attributes)
+    return head + attributes
 
 
-def _metric(metric: Metric) -> bytearray:
-    data = bytearray()
-    for point in metric.points:
-        _bytes_field(data, 1, _point(point))  # Gauge/Sum.data_points
+def frame_points(points: Sequence[bytes]) -> bytes:
+    """Encoded data points framed as a metric's ``data_points`` fields.
+
+    A metric's points may be framed in any number of pieces: :func:`encode_metric` takes
+    them joined.
+    """
+    out = bytearray()
+    for point in points:
+        _bytes_field(out, 1, point)  # Gauge/Sum.data_points
+    return bytes(out)
+
+
+def encode_metric(metric: Metric, framed_points: bytes | None = None) -> bytes:
+    """One ``Metric`` (``framed_points``: its points from :func:`frame_points`, else its own)."""
+    if framed_points is None:
+        framed_points = frame_points([encode_point(p) for p in metric.points])
+    data = bytearray(framed_points)
     if metric.kind == SUM:
         _key(data, 2, 0)  # Sum.aggregation_temporality
         _varint(data, metric.temporality)
@@ -117,14 +142,14 @@ def _metric(metric: Metric) -> bytearray:
     _string_field(out, 2, metric.description)
     _string_field(out, 3, metric.unit)
     _bytes_field(out, metric.kind, data)
-    return out
+    return bytes(out)
 
 
 def encode_metrics_data(
     resource: Attributes,
     scope_name: str,
     scope_version: str,
-    metrics: Sequence[Metric],
+    metrics: Sequence[Metric | bytes],
 ) -> bytes:
     """``MetricsData`` with one ``ResourceMetrics`` holding one ``ScopeMetrics``.
 
@@ -132,7 +157,8 @@ def encode_metrics_data(
         resource: the resource's attributes (string values), in order.
         scope_name: ``InstrumentationScope.name`` (the client library).
         scope_version: ``InstrumentationScope.version``.
-        metrics: the metrics, in order; a metric without points is still written.
+        metrics: the metrics, in order, or their bytes from :func:`encode_metric`; a metric
+            without points is still written.
     """
     resource_msg = bytearray()
     for key, value in resource:
@@ -143,7 +169,8 @@ def encode_metrics_data(
     scope_metrics = bytearray()
     _bytes_field(scope_metrics, 1, scope)  # ScopeMetrics.scope
     for metric in metrics:
-        _bytes_field(scope_metrics, 2, _metric(metric))  # ScopeMetrics.metrics
+        encoded = metric if isinstance(metric, bytes) else encode_metric(metric)
+        _bytes_field(scope_metrics, 2, encoded)  # ScopeMetrics.metrics
     resource_metrics = bytearray()
     _bytes_field(resource_metrics, 1, resource_msg)  # ResourceMetrics.resource
     _bytes_field(resource_metrics, 2, scope_metrics)  # ResourceMetrics.scope_metrics

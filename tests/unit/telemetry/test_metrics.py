@@ -171,8 +171,15 @@ def test_a_size_limit_keeps_the_standard_metrics_that_fit() -> None:
     names = [m.name for m in data.resource_metrics[0].scope_metrics[0].metrics]
     assert "org.apache.kafka.producer.connection.creation.rate" in names
     assert "org.apache.kafka.producer.record.queue.time.max" in names
-    # Committed sums are only those that were sent.
-    assert all(name in names for name, _ in cut.sums)
-    tiny = builder.payload(many_topics, sub(accepted_compression=(), max_bytes=10), SECOND)
+    # Committed, the sums left out keep their last values: the next push carries their
+    # deltas since the last push that held them.
+    total = "org.apache.kafka.producer.topic.record.send.total"
+    assert total not in names
+    builder.commit(full)
+    more = groups()
+    more[1].update({f"topic-{i}": {"record-send-total": i + 1} for i in range(300)})
+    tiny = builder.payload(more, sub(accepted_compression=(), max_bytes=10), 2 * SECOND)
     assert tiny.metrics == 0
-    assert tiny.sums == {}
+    builder.commit(tiny)
+    after = by_name(builder, more, sub(), 3 * SECOND)[total].points
+    assert {p.attributes[0][1]: p.value for p in after}["topic-7"] == 1  # 8 - 7
