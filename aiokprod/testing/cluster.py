@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -82,6 +82,9 @@ class LocalKafka:
             of :mod:`aiokprod.testing.security`, with a generated test CA (see
             :attr:`ca_file`, :attr:`pki`), PLAIN and SCRAM users (:attr:`sasl_users`) and
             OAUTHBEARER with Kafka's unsecured token validator. Needs ``cryptography``.
+        extra_classpath: folders or jars on every node's classpath after Kafka's jars: broker
+            plugins (a ``metric.reporters`` class set in ``broker_config``, e.g. the client
+            telemetry recorder of :mod:`aiokprod.testing.telemetry_plugin`).
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class LocalKafka:
         work_dir: str | Path | None = None,
         keep_data: bool = False,
         security: bool = False,
+        extra_classpath: Sequence[str | Path] = (),
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -108,6 +112,7 @@ class LocalKafka:
         self.work_dir = Path(work_dir) if work_dir is not None else None
         self.keep_data = keep_data
         self.security = security
+        self.extra_classpath = [str(entry) for entry in extra_classpath]
         self.sasl_users: dict[str, str] = dict(SASL_USERS) if security else {}
         """PLAIN and SCRAM users (name -> password) when ``security`` is on."""
         self._pki: TestPki | None = None
@@ -447,6 +452,7 @@ class LocalKafka:
             sasl_users=self.sasl_users,
             heap_min=self.heap_min,
             heap_max=self.heap_max,
+            extra_classpath=self.extra_classpath,
         )
         format_all(
             list(self._nodes.values()),

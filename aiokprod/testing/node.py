@@ -16,9 +16,11 @@ terminal reaches only Python, which then stops the brokers in order; see
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from aiokprod.testing import reaper
@@ -60,6 +62,8 @@ class KafkaNode:
         properties: the complete ``server.properties`` entries.
         heap_min: ``-Xms`` value.
         heap_max: ``-Xmx`` value.
+        extra_classpath: folders or jars put on the JVM's classpath after Kafka's jars
+            (broker plugins such as a ``metric.reporters`` class).
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class KafkaNode:
         *,
         heap_min: str = "256m",
         heap_max: str = "512m",
+        extra_classpath: Sequence[str | Path] = (),
     ) -> None:
         self.dist = dist
         self.address = address
@@ -78,6 +83,7 @@ class KafkaNode:
         self.properties = dict(properties)
         self.heap_min = heap_min
         self.heap_max = heap_max
+        self.extra_classpath = [str(entry) for entry in extra_classpath]
         self._process: subprocess.Popen[bytes] | None = None
         self._run_offset = 0  # where the current run's output starts in server.log
         self._scan_offset = 0  # how far the current run's output was searched
@@ -172,7 +178,7 @@ class KafkaNode:
             logging_jvm_flag(self.dist.logging, self.logging_config_path),
             f"-Dkafka.logs.dir={self.node_dir}",
             "-cp",
-            self.dist.classpath,
+            os.pathsep.join([self.dist.classpath, *self.extra_classpath]),
             "kafka.Kafka",
             str(self.config_path),
         ]

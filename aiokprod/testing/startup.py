@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from aiokprod.testing import reaper
@@ -78,11 +78,12 @@ def make_nodes(
     sasl_users: Mapping[str, str],
     heap_min: str,
     heap_max: str,
+    extra_classpath: Sequence[str | Path] = (),
 ) -> dict[int, KafkaNode]:
     """A :class:`KafkaNode` per address in ``root/node<N>``, its files written (not started).
 
     ``broker_config`` overrides the defaults, and the secure listeners' properties when
-    ``pki`` is given.
+    ``pki`` is given; ``extra_classpath`` goes on every node's classpath.
     """
     release = kafka_release(dist.version)
     nodes: dict[int, KafkaNode] = {}
@@ -109,7 +110,15 @@ def make_nodes(
             overrides,
             share_coordinator=release.has_share_coordinator,
         )
-        node = KafkaNode(dist, address, node_dir, props, heap_min=heap_min, heap_max=heap_max)
+        node = KafkaNode(
+            dist,
+            address,
+            node_dir,
+            props,
+            heap_min=heap_min,
+            heap_max=heap_max,
+            extra_classpath=extra_classpath,
+        )
         node.write_files()
         nodes[address.node_id] = node
     return nodes
