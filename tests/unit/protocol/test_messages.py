@@ -63,7 +63,12 @@ CASES = [
 #: reads them in tests/integration/test_telemetry.py.
 NO_ORACLE = {"GetTelemetrySubscriptions", "PushTelemetry"}
 ORACLE_APIS = [api for api in ALL_APIS if api.request.__name__ in KAFKA_PYTHON_MESSAGES]
-ORACLE_CASES = [case for case in CASES if case.values[1].__name__ in KAFKA_PYTHON_MESSAGES]
+ORACLE_CASES = [
+    pytest.param(api, cls, version, id=f"{cls.__name__}-v{version}")
+    for api in ORACLE_APIS
+    for cls in (api.request, api.response)
+    for version in range(api.min_version, api.max_version + 1)
+]
 
 
 def encode(value: Struct, version: int, flexible: bool) -> bytes:

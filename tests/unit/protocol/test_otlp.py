@@ -53,7 +53,8 @@ def test_a_gauge_and_a_delta_sum_read_back() -> None:
     (sm,) = rm.scope_metrics
     assert (sm.scope.name, sm.scope.version) == ("aiokprod", "0.1.0")
     first, second = sm.metrics
-    assert first.name == gauge.name and first.WhichOneof("data") == "gauge"
+    assert first.name == gauge.name
+    assert first.WhichOneof("data") == "gauge"
     assert [p.as_double for p in first.gauge.data_points] == [4.5, 0.0]
     assert [p.WhichOneof("value") for p in first.gauge.data_points] == ["as_double"] * 2
     assert [
