@@ -35,10 +35,11 @@ import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from readback import consume_all
 
-from aiokprod import DeliveryFuture, Producer
+from aiokprod import DeliveryFuture, IllegalStateError, Producer
 from aiokprod.internals.telemetry_metrics import STANDARD
 from aiokprod.net.transport import ByteStream, StreamTransport
 from aiokprod.protocol.messages.telemetry import kafka_uuid_text
+from aiokprod.sync import SyncProducer
 from aiokprod.testing import LocalKafka
 from aiokprod.testing.errors import LocalKafkaError
 from aiokprod.testing.pytest_plugin import in_ci
@@ -407,3 +408,19 @@ async def test_a_broker_without_the_plugin_gets_no_telemetry_requests(
     assert transport.keys[18] >= 1
     assert transport.keys[71] == 0
     assert transport.keys[72] == 0
+
+
+def test_the_sync_producer_gets_its_instance_id(
+    telemetry_kafka: tuple[LocalKafka, Path],
+) -> None:
+    kafka, _ = telemetry_kafka
+    with SyncProducer(kafka.bootstrap_servers) as producer:
+        # No subscription matches this client: the broker assigns an id all the same.
+        instance = producer.client_instance_id(30)
+        assert isinstance(instance, uuid.UUID)
+        assert instance.int != 0
+    with (
+        SyncProducer(kafka.bootstrap_servers, enable_metrics_push=False) as producer,
+        pytest.raises(IllegalStateError),
+    ):
+        producer.client_instance_id()
