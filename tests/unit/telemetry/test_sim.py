@@ -11,15 +11,19 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
+from typing import cast
 
 import pytest
 
+import aiokprod
 from aiokprod import Producer
 from aiokprod.errors import IllegalStateError
+from aiokprod.net.pool import ConnectionPool
+from aiokprod.protocol.messages.telemetry import kafka_uuid_text
 from aiokprod.testing.sim.scale import ScaleWorld
 from aiokprod.testing.sim.telemetry import PUSH_TELEMETRY, SimTelemetry
 
-from ._sim import metric_names, points, run, telemetry_world
+from ._sim import decode, metric_names, points, run, telemetry_world
 
 PREFIX = "org.apache.kafka.producer."
 RECORDS_PER_SECOND = 10
@@ -278,3 +282,24 @@ async def test_client_instance_id_with_pushing_off() -> None:
     producer = Producer("127.0.0.1:9", enable_metrics_push=False)
     with pytest.raises(IllegalStateError):
         await producer.client_instance_id()
+
+
+def test_resource_labels() -> None:
+    world, telemetry = telemetry_world()
+    run(world, 2.0, client_id="orders-1")
+    (resource,) = [
+        {a.key: a.value.string_value for a in rm.resource.attributes}
+        for rm in decode(telemetry.pushes[0]).resource_metrics
+    ]
+    assert resource == {
+        "client_instance_id": kafka_uuid_text(
+            uuid.UUID(int=0x5EED_0000_0000_4000_8000_0000_0000_0001)
+        ),
+        "client_id": "orders-1",
+        "client_software_name": "aiokprod",
+        "client_software_version": aiokprod.__version__,
+    }
+    producer = Producer("127.0.0.1:9", transactional_id="tx-1")
+    sender = producer._rt._start_telemetry(cast("ConnectionPool", None))
+    assert sender is not None
+    assert ("transactional_id", "tx-1") in sender._builder.resource
