@@ -289,7 +289,10 @@ def run(telemetry_kafka: tuple[LocalKafka, Path]) -> Run:
             change.client_id,
             lambda p: len([q for q in p if names_of(q) & {PREFIX + "request.latency.avg"}]) >= 2,
         )
-        await asyncio.to_thread(_wait_pushes, record_file, full.client_id, lambda p: len(p) >= 5)
+        for client in (full, narrow):
+            await asyncio.to_thread(
+                _wait_pushes, record_file, client.client_id, lambda p: len(p) >= 5
+            )
         stop.set()
         await asyncio.gather(*producers)
         await java
@@ -349,7 +352,8 @@ def test_the_interval_is_kept(run: Run) -> None:
         assert {p.interval_ms for p in pushes} == {INTERVAL_MS}  # the broker's context
         gaps = [b.time_ms - a.time_ms for a, b in itertools.pairwise(pushes)]
         assert len(gaps) >= 3
-        assert min(gaps) >= INTERVAL_MS - 50  # never early (the broker would throttle it)
+        # Never early: the broker would have throttled it (and no push was refused, below).
+        assert min(gaps) >= 0.9 * INTERVAL_MS
         assert statistics.median(gaps) <= 3 * INTERVAL_MS  # and not starved
         assert client.metrics["telemetry-push-error-total"] == 0
 
