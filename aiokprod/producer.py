@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections.abc import Coroutine, Iterable, Sequence
 from time import time as _time
 from typing import Any, Unpack, cast
@@ -24,6 +25,7 @@ from typing import Any, Unpack, cast
 from aiokprod import __version__
 from aiokprod.clock import SYSTEM_CLOCK, Clock
 from aiokprod.config import ProducerConfig, ProducerOptions
+from aiokprod.errors import IllegalStateError
 from aiokprod.internals.batch import DeliveryFuture
 from aiokprod.internals.bulk import BulkDelivery, bulk_columns, pairs
 from aiokprod.internals.bulk_append import append_columns
@@ -310,6 +312,38 @@ class Producer(ProducerLifecycle):
         versions (``records_sent``, ...) are kept alongside.
         """
         return self._rt.producer_metrics()
+
+    async def client_instance_id(self, timeout: float | None = None) -> uuid.UUID | None:
+        """The id the cluster gave this producer for its pushed metrics (KIP-714).
+
+        Java's ``clientInstanceId``: operators find the client's metrics under it. The first
+        broker that takes telemetry assigns it; this waits for that (connecting to a broker
+        if none is connected yet).
+
+        Args:
+            timeout: seconds to wait; None waits up to ``max_block_ms``.
+
+        Returns:
+            The id, or None if none was assigned in time (no broker of the cluster takes
+            client telemetry: no ``metric.reporters`` receives it), as Java returns null.
+            Kafka prints ids in URL-safe base64 without padding:
+            ``base64.urlsafe_b64encode(id.bytes).rstrip(b"=")``.
+
+        Raises:
+            IllegalStateError: ``enable_metrics_push`` is off.
+            ProducerClosedError: the producer is not running.
+        """
+        if not self._config.enable_metrics_push:
+            raise IllegalStateError(
+                "client telemetry is off: set enable_metrics_push=True to get an instance id"
+            )
+        if not self._running():
+            raise self._not_running()
+        telemetry = self._rt.telemetry
+        if telemetry is None:  # pragma: no cover - running with enable_metrics_push
+            return None
+        wait = self._config.max_block_ms / 1000 if timeout is None else timeout
+        return await telemetry.instance_id(wait)
 
     def metric_groups(self) -> dict[str, Any]:
         """Every metric, by group.

@@ -32,6 +32,7 @@ import functools
 import itertools
 import os
 import threading
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
@@ -258,6 +259,14 @@ class SyncProducer:
         producer = self._enter("metric_groups")
         try:
             return self._run(_call(producer.metric_groups))
+        finally:
+            self._leave()
+
+    def client_instance_id(self, timeout: float | None = None) -> uuid.UUID | None:
+        """The client instance id the cluster assigned (see :meth:`Producer.client_instance_id`)."""
+        producer = self._enter("client_instance_id")
+        try:
+            return self._run(producer.client_instance_id(timeout))
         finally:
             self._leave()
 

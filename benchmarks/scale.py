@@ -24,6 +24,7 @@ clock and CPU, over the whole run. Callbacks of the simulated brokers are left o
     .venv/bin/python -m benchmarks.scale --layouts 6,1k --json out.json
     .venv/bin/python -m benchmarks.scale --churn 10000         # topics used once, idled out
     .venv/bin/python -m benchmarks.scale --backlog             # a slow broker, 8,000 partitions
+    .venv/bin/python -m benchmarks.scale --telemetry           # KIP-714 pushes every second, 10k
 
 The machine's load changes the wall-clock columns (a busy machine preempts a callback);
 compare rows of one run, and prefer the CPU columns.
@@ -434,6 +435,11 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=0, help="topics used once, then idle")
     parser.add_argument("--backlog", action="store_true", help="the slow-broker backlog run")
     parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="client telemetry pushed every second, against none (default layout 10k)",
+    )
+    parser.add_argument(
         "--warm-up-at-once",
         action="store_true",
         help="start the warm-up's first sends in one loop turn, not over a second (before "
@@ -451,6 +457,14 @@ def main() -> None:
     elif args.backlog:
         result["backlog"] = backlog()
         print(json.dumps(result["backlog"], indent=2))
+    elif args.telemetry:
+        from benchmarks.scale_telemetry import many_topics, telemetry_cost
+
+        names = args.layouts.split(",") if args.layouts != ",".join(LAYOUTS) else ["10k"]
+        result["telemetry"] = [telemetry_cost(LAYOUTS[name]) for name in names]
+        result["telemetry_many_topics"] = many_topics()
+        print(json.dumps(result["telemetry"], indent=2))
+        print(json.dumps(result["telemetry_many_topics"], indent=2))
     else:
         rows = []
         for name in args.layouts.split(","):

@@ -30,6 +30,7 @@ _BATCHING = "Batching and memory"
 _METADATA = "Metadata and partitioning"
 _SECURITY = "Security (TLS and SASL)"
 _HOOKS = "Serialization and hooks"
+_METRICS = "Metrics"
 
 
 @option_table
@@ -468,6 +469,17 @@ class ProducerConfig:
         accepts="Sequence[ProducerInterceptor] | None",
         doc="Objects with `on_send(record)` (may return a changed record) and "
         "`on_acknowledgement(metadata, exception)`; run on the event loop, errors logged.",
+    )
+
+    # --- Metrics --------------------------------------------------------------------------
+    enable_metrics_push: bool = option(
+        default=True,
+        check=c.boolean,
+        group=_METRICS,
+        java="enable.metrics.push",
+        doc="Push the producer's metrics to the cluster when its operators subscribe to them "
+        "(KIP-714 client telemetry; only brokers with a telemetry receiver ask). False: no "
+        "telemetry request is ever sent. [Metrics](metrics.md#pushed-to-the-broker-kip-714).",
     )
 
     @classmethod

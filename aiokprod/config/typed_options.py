@@ -76,5 +76,6 @@ class ProducerOptions(TypedDict, total=False):
     key_serializer: Serializer | None
     value_serializer: Serializer | None
     interceptors: Sequence[ProducerInterceptor] | None
+    enable_metrics_push: bool
 # </generated ProducerOptions>
 # fmt: on

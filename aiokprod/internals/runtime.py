@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -37,6 +38,9 @@ from aiokprod.internals.metadata_fetcher import MetadataFetcher
 from aiokprod.internals.partitioner import PartitionChooser
 from aiokprod.internals.sender import Sender
 from aiokprod.internals.stats import ProducerStats
+from aiokprod.internals.telemetry import TelemetryState
+from aiokprod.internals.telemetry_metrics import Groups, TelemetryMetrics, TopicRows
+from aiokprod.internals.telemetry_task import TelemetrySender
 from aiokprod.internals.transactions import TransactionManager
 from aiokprod.internals.txn_requests import TransactionCoordinator
 from aiokprod.net.pool import ConnectionPool
@@ -131,6 +135,9 @@ class ProducerRuntime:
             if cfg.transactional_id is None
             else TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
         )
+        #: Client telemetry (KIP-714), with ``enable_metrics_push``.
+        self.telemetry_state = TelemetryState(rng) if cfg.enable_metrics_push else None
+        self.telemetry: TelemetrySender | None = None
         self.pool: ConnectionPool | None = None
         self.fetcher: MetadataFetcher | None = None
         self.sender: Sender | None = None
@@ -161,8 +168,9 @@ class ProducerRuntime:
                 transport=self.transport,
                 clock=self.clock,
                 rng=self.rng,
-                on_change=self.wakeup,
+                on_change=self._on_connections_changed,
                 on_disconnect=self._on_disconnect,
+                on_connected=self._on_connected,
             )
             self.fetcher = MetadataFetcher(
                 self.metadata,
@@ -203,18 +211,65 @@ class ProducerRuntime:
             self.appender.wakeup = sender.pass_timer.wakeup
             self.appender.schedule = sender.pass_timer.reschedule
             tg.start_soon(sender.run)
+            telemetry = self._start_telemetry(pool)
+            if telemetry is not None:
+                tg.start_soon(telemetry.run)
             ready.set_result(None)
             await sender.wait_stopped()
+            if telemetry is not None:
+                # One terminating push (KIP-714), within what is left of close()'s timeout.
+                await telemetry.terminate(self._close_time_left_ms() / 1000)
             # acks=0 records count as sent once written: the brokers read them before the
             # connections are aborted (ConnectionPool.wait_written), within close()'s timeout.
-            now_ms = self.clock.monotonic_ms()
-            by_ms = self._close_by_ms
-            left_ms = cfg.request_timeout_ms if by_ms is None else by_ms - now_ms
+            left_ms = self._close_time_left_ms()
             if left_ms > 0:
                 with anyio.move_on_after(left_ms / 1000):
                     await pool.wait_written(left_ms / 1000)
             pool.close_all()
             tg.cancel_scope.cancel()
+
+    def _close_time_left_ms(self) -> int:
+        """What is left of close()'s timeout (``request_timeout_ms`` without one)."""
+        by_ms = self._close_by_ms
+        if by_ms is None:
+            return self.config.request_timeout_ms
+        return by_ms - self.clock.monotonic_ms()
+
+    def _start_telemetry(self, pool: ConnectionPool) -> TelemetrySender | None:
+        """The KIP-714 task, with ``enable_metrics_push`` (not started yet)."""
+        state = self.telemetry_state
+        if state is None:
+            return None
+        cfg = self.config
+        resource = [
+            ("client_id", cfg.client_id),
+            ("client_software_name", "aiokprod"),
+            ("client_software_version", self.software_version),
+        ]
+        if cfg.transactional_id is not None:
+            resource.append(("transactional_id", cfg.transactional_id))
+        builder = TelemetryMetrics(resource, self.software_version, time.time_ns())
+        self.telemetry = TelemetrySender(
+            state,
+            builder,
+            pool,
+            self.stats,
+            self.metric_groups,
+            clock=self.clock,
+            rng=self.rng,
+            request_timeout_ms=cfg.request_timeout_ms,
+        )
+        return self.telemetry
+
+    def metric_groups(self) -> Groups:
+        """producer-metrics, producer-topic-metrics and producer-node-metrics, now.
+
+        Topics are read one at a time, as a push is built in steps (:class:`TopicRows`).
+        """
+        stats = self.stats
+        now_ms = self.clock.monotonic_ms()
+        topics = TopicRows(stats.topic_names(), lambda topic: stats.topic_row(topic, now_ms))
+        return self.producer_metrics(), topics, stats.node_metrics(now_ms)
 
     async def flush(self, timeout: float | None) -> None:
         """Make every queued batch ready now and wait until each ended (``Producer.flush``).
@@ -257,6 +312,14 @@ class ProducerRuntime:
         self.accumulator.release_topics(topics)
         if self.idempotence is not None and self.txn is None:
             self.idempotence.release_topics(topics)
+
+    def _on_connections_changed(self) -> None:
+        self.wakeup()
+        if self.telemetry is not None:
+            self.telemetry.wake()
+
+    def _on_connected(self, node_id: int) -> None:
+        self.stats.on_connection(self.clock.monotonic_ms())
 
     def _on_disconnect(self, node_id: int) -> None:
         self.metadata.request_update()

@@ -215,6 +215,7 @@ class ProducerStats:
         self._request_latency = p("request-latency")
         self._throttle_time = p("produce-throttle-time")
         self._record_send = p("record-send")
+        self._connection_creation = p("connection-creation")
 
     def _latency(self, histogram: Histogram, name: str, value_ms: float) -> None:
         histogram.record(value_ms)
@@ -303,6 +304,22 @@ class ProducerStats:
         """A batch refused as too large was split (Java: ``batch-split``)."""
         self._producer.record("batch-split", 1, now_ms)
 
+    def on_connection(self, now_ms: int) -> None:
+        """A connection to a broker was opened (Java: ``connection-creation``)."""
+        self._connection_creation.record(1, now_ms)
+
+    def on_telemetry_push(self, size: int, dropped: int, now_ms: int) -> None:
+        """The broker accepted a telemetry push of ``size`` bytes (KIP-714)."""
+        g = self._producer
+        g.record("telemetry-push", 1, now_ms)
+        g.record("telemetry-push-size", size, now_ms)
+        if dropped:
+            g.record("telemetry-push-dropped-metrics", dropped, now_ms)
+
+    def on_telemetry_error(self, now_ms: int) -> None:
+        """A telemetry request failed: refused by the broker, or unanswered."""
+        self._producer.record("telemetry-push-error", 1, now_ms)
+
     def release_topics(self, topics: list[str]) -> None:
         """Drop topics' metrics (they idled out of the producer's view, issue 30)."""
         for topic in topics:
@@ -344,24 +361,28 @@ class ProducerStats:
             out[f"{name}-max"] = _max(g, name, now_ms)
         out["records-per-request-avg"] = _avg(g, "records-per-request", now_ms)
         out["compression-rate-avg"] = _avg(g, "compression-rate", now_ms)
+        out["connection-creation-rate"] = _rate(g, "connection-creation", now_ms)
+        out["connection-creation-total"] = g.total("connection-creation")
+        for name in ("telemetry-push", "telemetry-push-error"):
+            out[f"{name}-rate"] = _rate(g, name, now_ms)
+            out[f"{name}-total"] = g.total(name)
+        out["telemetry-push-size-avg"] = _avg(g, "telemetry-push-size", now_ms)
+        out["telemetry-push-size-max"] = _max(g, "telemetry-push-size", now_ms)
+        out["telemetry-push-dropped-metrics-total"] = g.total("telemetry-push-dropped-metrics")
         return out
 
     def topic_metrics(self, now_ms: int) -> dict[str, dict[str, float]]:
         """``producer-topic-metrics`` per topic."""
-        out: dict[str, dict[str, float]] = {}
-        for topic, g in self._topics.items():
-            out[topic] = {
-                "record-send-rate": _rate(g, "record-send", now_ms),
-                "record-send-total": g.total("record-send"),
-                "byte-rate": _rate(g, "byte", now_ms),
-                "byte-total": g.total("byte"),
-                "compression-rate": _avg(g, "compression-rate", now_ms),
-                "record-retry-rate": _rate(g, "record-retry", now_ms),
-                "record-retry-total": g.total("record-retry"),
-                "record-error-rate": _rate(g, "record-error", now_ms),
-                "record-error-total": g.total("record-error"),
-            }
-        return out
+        return {topic: _topic_row(g, now_ms) for topic, g in self._topics.items()}
+
+    def topic_names(self) -> list[str]:
+        """The topics of ``producer-topic-metrics`` (a copy)."""
+        return list(self._topics)
+
+    def topic_row(self, topic: str, now_ms: int) -> dict[str, float] | None:
+        """One topic's ``producer-topic-metrics`` (None: not, or no longer, kept)."""
+        g = self._topics.get(topic)
+        return None if g is None else _topic_row(g, now_ms)
 
     def node_metrics(self, now_ms: int) -> dict[int, dict[str, float]]:
         """``producer-node-metrics`` per broker."""
@@ -386,6 +407,20 @@ class ProducerStats:
             "record-queue-time-ms": self.record_queue_time.snapshot(),
             "send-to-ack-ms": self.send_to_ack.snapshot(),
         }
+
+
+def _topic_row(g: _Group, now_ms: int) -> dict[str, float]:
+    return {
+        "record-send-rate": _rate(g, "record-send", now_ms),
+        "record-send-total": g.total("record-send"),
+        "byte-rate": _rate(g, "byte", now_ms),
+        "byte-total": g.total("byte"),
+        "compression-rate": _avg(g, "compression-rate", now_ms),
+        "record-retry-rate": _rate(g, "record-retry", now_ms),
+        "record-retry-total": g.total("record-retry"),
+        "record-error-rate": _rate(g, "record-error", now_ms),
+        "record-error-total": g.total("record-error"),
+    }
 
 
 def _rate(group: _Group, name: str, now_ms: int) -> float:

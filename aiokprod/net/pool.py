@@ -63,6 +63,8 @@ class ConnectionPool:
         on_disconnect: called with the node id when an open connection closes or a connect
             attempt fails (the producer then refreshes metadata: the broker may have moved,
             as the Java client's NetworkClient does on a failed connect).
+        on_connected: called with the node id when a connection opened (the producer counts
+            them: Java's ``connection-creation`` metrics).
         ssl_context: TLS for every connection, or None.
         authenticate: runs on each new connection after ApiVersions (SASL).
         transport: opens byte streams (default: TCP through an asyncio protocol).
@@ -83,6 +85,7 @@ class ConnectionPool:
         reconnect_backoff_max_ms: int,
         on_change: Callable[[], None] = lambda: None,
         on_disconnect: Callable[[int], None] = lambda node_id: None,
+        on_connected: Callable[[int], None] = lambda node_id: None,
         ssl_context: ssl.SSLContext | None = None,
         authenticate: Authenticator | None = None,
         transport: Transport | None = None,
@@ -101,6 +104,7 @@ class ConnectionPool:
         self._backoff_max_ms = reconnect_backoff_max_ms
         self._on_change = on_change
         self._on_disconnect = on_disconnect
+        self._on_connected = on_connected
         self._ssl = ssl_context
         self._authenticate = authenticate
         self._bootstrap = {-(i + 1): addr for i, addr in enumerate(bootstrap)}
@@ -199,6 +203,7 @@ class ConnectionPool:
         rng: random.Random,
         on_change: Callable[[], None] = lambda: None,
         on_disconnect: Callable[[int], None] = lambda node_id: None,
+        on_connected: Callable[[int], None] = lambda node_id: None,
     ) -> ConnectionPool:
         """A pool with the connection options of ``config`` (the producer's and the admin's)."""
         return cls(
@@ -212,6 +217,7 @@ class ConnectionPool:
             reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
             on_change=on_change,
             on_disconnect=on_disconnect,
+            on_connected=on_connected,
             ssl_context=ssl_context,
             authenticate=authenticate,
             transport=transport,
@@ -447,6 +453,7 @@ class ConnectionPool:
             log.info("broker reachable again", node=node_id, host=conn.host, port=conn.port)
         self._warn.reset(node_id)
         log.info("connected to broker", node=node_id, host=conn.host, port=conn.port)
+        self._on_connected(node_id)
         self._on_change()
         try:
             await conn.run_reader()
@@ -550,6 +557,10 @@ class ConnectionPool:
         if waits:
             # A broken connection loses what it had; the others still confirm.
             await asyncio.gather(*waits, return_exceptions=True)
+
+    def open_connections(self) -> list[BrokerConnection]:
+        """Every connection that is open now (in node id order)."""
+        return [conn for _, conn in sorted(self._connections.items()) if conn.ready]
 
     def in_flight_requests(self) -> int:
         """Unanswered requests over all connections."""

@@ -42,6 +42,12 @@ from aiokprod.protocol.messages.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from aiokprod.protocol.messages.telemetry import (
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryRequest,
+    PushTelemetryResponse,
+)
 from aiokprod.protocol.messages.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -166,6 +172,17 @@ DESCRIBE_TRANSACTIONS = ApiSpec(
 LIST_TRANSACTIONS = ApiSpec(
     66, "ListTransactions", ListTransactionsRequest, ListTransactionsResponse, 0, 2, 0
 )
+# Client telemetry (KIP-714): advertised only by brokers with a telemetry receiver.
+GET_TELEMETRY_SUBSCRIPTIONS = ApiSpec(
+    71,
+    "GetTelemetrySubscriptions",
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+    0,
+    0,
+    0,
+)
+PUSH_TELEMETRY = ApiSpec(72, "PushTelemetry", PushTelemetryRequest, PushTelemetryResponse, 0, 0, 0)
 
 ALL_APIS: tuple[ApiSpec, ...] = (
     PRODUCE,
@@ -185,6 +202,8 @@ ALL_APIS: tuple[ApiSpec, ...] = (
     SASL_AUTHENTICATE,
     DESCRIBE_TRANSACTIONS,
     LIST_TRANSACTIONS,
+    GET_TELEMETRY_SUBSCRIPTIONS,
+    PUSH_TELEMETRY,
 )
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in ALL_APIS}
 BY_REQUEST: dict[type[Struct], ApiSpec] = {api.request: api for api in ALL_APIS}

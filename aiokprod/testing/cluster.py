@@ -88,6 +88,9 @@ class LocalKafka:
         env: environment variables added to every node's JVM, kept across restarts.
         port: the client port of node 1 on 127.0.0.1 (``python -m aiokprod.testing run``
             uses 9092 when it is free); default: a free port, as for every other port.
+        extra_classpath: folders or jars on every node's classpath after Kafka's jars: broker
+            plugins (a ``metric.reporters`` class set in ``broker_config``, e.g. the client
+            telemetry recorder of :mod:`aiokprod.testing.telemetry_plugin`).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class LocalKafka:
         jvm_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         port: int | None = None,
+        extra_classpath: Sequence[str | Path] = (),
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -120,6 +124,7 @@ class LocalKafka:
         self.security = security
         self.jvm_args = tuple(jvm_args)
         self.env = dict(env or {})
+        self.extra_classpath = [str(entry) for entry in extra_classpath]
         self.sasl_users: dict[str, str] = dict(SASL_USERS) if security else {}
         """PLAIN and SCRAM users (name -> password) when ``security`` is on."""
         self._pki: TestPki | None = None
@@ -468,6 +473,7 @@ class LocalKafka:
             heap_max=self.heap_max,
             jvm_args=self.jvm_args,
             env=self.env,
+            extra_classpath=self.extra_classpath,
         )
         format_all(
             list(self._nodes.values()),

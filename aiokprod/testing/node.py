@@ -64,6 +64,8 @@ class KafkaNode:
         heap_max: ``-Xmx`` value.
         jvm_args: more JVM flags (system properties...), kept for every start of the node.
         env: environment variables added to the JVM's, kept for every start of the node.
+        extra_classpath: folders or jars put on the JVM's classpath after Kafka's jars
+            (broker plugins such as a ``metric.reporters`` class).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class KafkaNode:
         heap_max: str = "512m",
         jvm_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        extra_classpath: Sequence[str | Path] = (),
     ) -> None:
         self.dist = dist
         self.address = address
@@ -86,6 +89,7 @@ class KafkaNode:
         self.heap_max = heap_max
         self.jvm_args = tuple(jvm_args)
         self.env = dict(env or {})
+        self.extra_classpath = [str(entry) for entry in extra_classpath]
         self._process: subprocess.Popen[bytes] | None = None
         self._run_offset = 0  # where the current run's output starts in server.log
         self._scan_offset = 0  # how far the current run's output was searched
@@ -181,7 +185,7 @@ class KafkaNode:
             f"-Dkafka.logs.dir={self.node_dir}",
             *self.jvm_args,
             "-cp",
-            self.dist.classpath,
+            os.pathsep.join([self.dist.classpath, *self.extra_classpath]),
             "kafka.Kafka",
             str(self.config_path),
         ]

@@ -83,11 +83,13 @@ def make_nodes(
     heap_max: str,
     jvm_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    extra_classpath: Sequence[str | Path] = (),
 ) -> dict[int, KafkaNode]:
     """A :class:`KafkaNode` per address in ``root/node<N>``, its files written (not started).
 
     ``broker_config`` overrides the defaults, and the secure listeners' properties when
-    ``pki`` is given. ``jvm_args`` and ``env`` go to every node's JVM.
+    ``pki`` is given. ``jvm_args`` and ``env`` go to every node's JVM; ``extra_classpath`` goes
+    on every node's classpath.
     """
     release = kafka_release(dist.version)
     nodes: dict[int, KafkaNode] = {}
@@ -123,6 +125,7 @@ def make_nodes(
             heap_max=heap_max,
             jvm_args=jvm_args,
             env=env,
+            extra_classpath=extra_classpath,
         )
         node.write_files()
         nodes[address.node_id] = node

@@ -50,6 +50,7 @@ from aiokprod.protocol.record_reader import Record, RecordBatch, read_record_bat
 from aiokprod.protocol.schema import Struct
 from aiokprod.testing.sim.faults import FaultSchedule
 from aiokprod.testing.sim.log import NONE, PartitionLog
+from aiokprod.testing.sim.telemetry import SimTelemetry
 
 #: What an Apache Kafka 4.3 broker advertises for the APIs the producer uses (Produce's
 #: minimum stays 0 although v0-v2 are rejected: KAFKA-18659; InitProducerId v6 is unstable).
@@ -196,6 +197,8 @@ class SimCluster:
         self.last_request_cost_ms = 0.0
         #: Called with a partition after an acks=1 write (the world replicates it later).
         self.on_unreplicated: Callable[[tuple[str, int]], None] = lambda tp: None
+        #: Client telemetry (KIP-714): with a receiver, brokers advertise and answer it.
+        self.telemetry: SimTelemetry | None = None
         self._snapshot()
 
     # --- topology ---------------------------------------------------------------------------
@@ -339,14 +342,19 @@ class SimCluster:
             return self._init_producer_id(request)
         if api_key == 0 and isinstance(request, ProduceRequest):
             return self._produce(broker, version, request)
+        if api_key in (71, 72) and self.telemetry is not None:
+            return self.telemetry.handle(broker.node_id, api_key, request)
         raise ProtocolError(f"the simulated broker does not answer api key {api_key}")
 
     def _api_versions(self, version: int) -> ApiVersionsResponse:
+        ranges = dict(BROKER_API_VERSIONS)
+        if self.telemetry is not None:
+            ranges.update({71: (0, 0), 72: (0, 0)})
         return ApiVersionsResponse(
             error_code=0,
             api_keys=[
                 ApiVersionRange(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in BROKER_API_VERSIONS.items()
+                for k, (lo, hi) in ranges.items()
             ],
             throttle_time_ms=0,
         )
