@@ -31,9 +31,7 @@ from aiokprod.spark.eos_records import (
     batch_committed,
     marker_group,
     next_sequence,
-    parse_transactional_id,
     query_tag,
-    transactional_id,
 )
 from aiokprod.spark.exactly_once import (
     CommitPlan,
@@ -42,6 +40,7 @@ from aiokprod.spark.exactly_once import (
     plan_commit,
     plan_recovery,
 )
+from aiokprod.spark.fencing import fence_attempts, fence_open
 from aiokprod.spark.misuse import IN_USE_WAIT_MS, check_not_in_use, layout_problem
 from aiokprod.types import PreparedTransaction, TopicPartition
 
@@ -89,14 +88,6 @@ class CommitReport:
     skipped: tuple[int, ...] = ()
     lost: tuple[int, ...] = ()
     aborted: tuple[str, ...] = ()
-
-
-def _attempt(result: TaskResult | None) -> int:
-    """The attempt of the task that wrote ``result`` (0 if it wrote nothing)."""
-    if result is None or result.transaction is None:
-        return 0
-    name = result.transaction.transactional_id.rsplit(".", 1)[-1]
-    return int(name) if name.isdigit() else 0
 
 
 def _wall_ms() -> int:
@@ -188,7 +179,7 @@ class Committer:
         await check_not_in_use(admin, store, self.prefix, self.in_use_wait_ms)
         run = await store.open_run()
         report = await self._recover_decision(admin, store)
-        await self._fence_open(admin, run_tag=None)
+        await fence_open(admin, self.prefix, run_tag=None)
         if report.lost and not self.streaming:
             raise ExactlyOnceCommitError(
                 self._earlier_loss(report.lost), report.committed, report.lost
@@ -200,7 +191,7 @@ class Committer:
         store = DecisionStore(admin, self.prefix)
         await store.open_run()  # whatever run was open is over
         report = await self._recover_decision(admin, store)
-        aborted = await self._fence_open(admin, run_tag=None)
+        aborted = await fence_open(admin, self.prefix, run_tag=None)
         return dataclasses.replace(report, aborted=aborted)
 
     async def _recover_decision(
@@ -245,20 +236,6 @@ class Committer:
             )
         return stored.decision
 
-    async def _fence_open(self, admin: AdminCalls | Admin, run_tag: str | None) -> tuple[str, ...]:
-        """Abort the prefix's open transactions (only those of run ``run_tag`` if given)."""
-        listed = await admin.list_transactions(states=["Ongoing"])
-        ids = []
-        for listing in listed:
-            name = parse_transactional_id(self.prefix, listing.transactional_id)
-            if name is not None and (run_tag is None or name.run_tag == run_tag):
-                ids.append(listing.transactional_id)
-        ids.sort()
-        if ids:
-            log.info("aborting transactions no task will finish", prefix=self.prefix, ids=ids)
-            await admin.fence_producers(ids)
-        return tuple(ids)
-
     # --- commit -------------------------------------------------------------------------------
 
     async def commit_with(
@@ -301,7 +278,7 @@ class Committer:
         await store.store(where, sequence, decision)
         committed, lost = await self._complete(admin, query_id, batch_id, plan)
         await store.store_header(where, sequence, decision.finished(lost))
-        aborted = await self._fence_open(admin, run_tag=None)
+        aborted = await fence_open(admin, self.prefix, run_tag=None)
         if lost:
             raise ExactlyOnceCommitError(
                 self._lost_message(batch_id, committed, lost), committed, lost
@@ -337,7 +314,7 @@ class Committer:
         if not gone:
             return
         await self._abort_all(admin, plan.transactions.values())
-        await self._fence_open(admin, run_tag=None)
+        await fence_open(admin, self.prefix, run_tag=None)
         shown = ", ".join(f"{p} ({why})" for p, why in gone[:20])
         raise ExactlyOnceCommitError(
             f"{self._what(batch_id)}: the transactions of Spark partitions {shown} are no longer "
@@ -419,33 +396,10 @@ class Committer:
         await self._abort_all(admin, txns)
         aborted = await self._leftovers(admin, ours, run)
         if ours or (run is not None and not self.streaming):
-            await self._fence_attempts(admin, run, results)
+            scope = None if self.streaming else run
+            if self.streaming or run is not None:
+                await fence_attempts(admin, self.prefix, scope, results, self.fence_attempts)
         return CommitReport(aborted=tuple(t.transactional_id for t in txns) + aborted)
-
-    async def _fence_attempts(
-        self, admin: AdminCalls | Admin, run: RunToken | None, results: Sequence[TaskResult | None]
-    ) -> None:
-        """Fence the ids every task attempt of the run may use, open or not yet.
-
-        A task that passed its run check just before the run was closed may open its
-        transaction after the listing of open ones - and its process may die before its next
-        check. Its id's InitProducerId here aborts that transaction, or fences the producer
-        before it writes (docs/design.md, "Exactly-once from Spark").
-        """
-        if self.streaming:
-            scope = None
-        elif run is not None:
-            scope = run
-        else:
-            return  # a batch job's ids carry its run: nothing of an unknown run is known
-        attempts = max([self.fence_attempts - 1, *(_attempt(r) for r in results)]) + 1
-        ids = [
-            transactional_id(self.prefix, partition, attempt, scope)
-            for partition in range(len(results))
-            for attempt in range(attempts)
-        ]
-        if ids:
-            await admin.fence_producers(ids)
 
     async def _leftovers(
         self, admin: AdminCalls | Admin, ours: bool, run: RunToken | None
@@ -456,9 +410,9 @@ class Committer:
         run took over, only a batch job's own ids (a streaming query's ids are shared).
         """
         if ours:
-            return await self._fence_open(admin, run_tag=None)
+            return await fence_open(admin, self.prefix, run_tag=None)
         if run is not None and not self.streaming:
-            return await self._fence_open(admin, run_tag=run.tag)
+            return await fence_open(admin, self.prefix, run_tag=run.tag)
         return ()
 
     async def _abort_all(
