@@ -9,7 +9,8 @@ run opens with the appender's one-record path (:meth:`RecordAppender.append`, th
 memory, sticky accounting and wakeups stay written once, there), then the batch builder's
 inner loops add the rest of the run. Values that encode themselves
 (:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns) have the rest of each
-fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`).
+fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`);
+so do keyed columns (their keys hashed by the caller) sent to one partition.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import KeyHasher, StickyPartitionState
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
+from aiokprod.protocol.encoded import EncodableKeys, EncodableValues, EncodedBatches
 from aiokprod.protocol.records import BATCH_HEADER_SIZE, NO_LEFTOVER, RecordBatchBuilder
 from aiokprod.types import TopicPartition
 
@@ -63,7 +64,7 @@ async def append_columns(
     app: RecordAppender,
     bulk: BulkDelivery,
     topic: str,
-    keys: list[Any] | None,
+    keys: list[Any] | EncodableKeys | None,
     values: Iterable[Any],
     *,
     partition: int | None,
@@ -80,9 +81,24 @@ async def append_columns(
     Keyed columns take :func:`prepare_keyed` and :func:`append_keyed` when the keys are
     hashed (``hasher``, a built-in partitioner), without a fixed partition, headers or None
     keys; unkeyed ones take :func:`append_values` with a fixed partition or the sticky
-    partitioner. Anything else (a custom or round-robin partitioner, ...) returns False with
-    nothing queued.
+    partitioner; a keyed column (:class:`EncodableKeys`) with a fixed partition takes
+    :func:`_append_encodable` (and otherwise the lists' path). Anything else (a custom or
+    round-robin partitioner, ...) returns False with nothing queued.
     """
+    if isinstance(keys, EncodableKeys):
+        if (
+            partition is not None
+            and header_bytes is None
+            and not key_serializer
+            and not value_serializer
+            and isinstance(values, EncodableValues)
+            and values.keys is keys
+        ):
+            await _append_encodable(
+                app, bulk, topic, values, partition, timestamp_ms, info, started_ms
+            )
+            return True
+        keys = list(keys)
     if keys is not None:
         if partition is not None or header_bytes is not None or hasher is None:
             return False
@@ -131,7 +147,12 @@ async def append_values(
     path and the builder's inner loop (``append_values``) adds the rest of the batch; the
     sticky partitioner is fed the bytes of the whole run at once.
     """
-    if isinstance(values, EncodableValues) and header_bytes is None and not value_serializer:
+    if (
+        isinstance(values, EncodableValues)
+        and values.keys is None  # a keyed column given without its keys: values only
+        and header_bytes is None
+        and not value_serializer
+    ):
         await _append_encodable(app, bulk, topic, values, partition, timestamp_ms, info, started_ms)
         return
     acc = app._acc
@@ -162,6 +183,7 @@ async def append_values(
             tps,
             partition,
             timestamp_ms,
+            None,
             pending,
             size,
             header_bytes,
@@ -193,6 +215,7 @@ async def _open_run(
     tps: tuple[TopicPartition, ...],
     partition: int | None,
     timestamp_ms: int,
+    key: bytes | None,
     value: bytes | None,
     size: int,
     header_bytes: bytes | None,
@@ -200,10 +223,11 @@ async def _open_run(
     started_ms: int,
     yield_at: int,
 ) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
-    """A run's first unkeyed record, the one-record way (sticky counts it there).
+    """A run's first record, the one-record way (sticky counts it there).
 
-    The partition (fixed, or the sticky one), then its open batch or a new one.
-    Returns the batch, the record's index in it, and the sticky state (None: fixed).
+    The partition (fixed, or the sticky one: unkeyed records only), then its open batch
+    or a new one. Returns the batch, the record's index in it, and the sticky state (None:
+    fixed).
     """
     if partition is not None:
         p, sticky = partition, None
@@ -211,13 +235,13 @@ async def _open_run(
         p, sticky = app.partitions.choose(topic, None, len(tps), info.available)
     tp = tps[p]
     app.enlist(tp)
-    opened = app.append(tp, timestamp_ms, None, value, header_bytes, sticky, info)
+    opened = app.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
     if opened is None:
         opened = await app.append_new_batch(
-            tp, timestamp_ms, None, value, header_bytes, sticky, info, started_ms, yield_at
+            tp, timestamp_ms, key, value, header_bytes, sticky, info, started_ms, yield_at
         )
     batch, index = opened
-    bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
+    bulk._add(batch.result, tp, index, -1 if key is None else len(key), size, timestamp_ms)
     return batch, index, sticky
 
 
@@ -230,19 +254,20 @@ def _close_run(
     sticky: StickyPartitionState | None,
     timestamp_ms: int,
     info: TopicInfo,
+    keyed: bool = False,
 ) -> int:
     """Account for a run's bulk append; returns how many records it added.
 
     ``before`` and ``start`` are the batch's bytes and records before it: the bulk
-    delivery counts what was added, a full batch wakes the sender, and sticky is fed
-    the bytes.
+    delivery counts what was added (``keyed``: their key sizes are in already), a full
+    batch wakes the sender, and sticky is fed the bytes.
     """
     builder = batch.builder
     if builder is None:  # pragma: no cover - the caller appended to it
         return 0
     added = builder.record_count - start
     if added:
-        bulk._extend_last(added, timestamp_ms)
+        bulk._extend_last(added, timestamp_ms, keyed)
     if builder.full:
         batch.is_full = True
         app.wakeup()
@@ -273,22 +298,37 @@ async def _append_encodable(
     memory, a new batch, sticky accounting, wakeups); then, if that record began a
     batch, the rest of the batch is copied from the column's plan of fresh batches in
     one piece (the builder checks the batch is in the state the plan assumed), and
-    otherwise (a half-full batch) taken record by record as there.
+    otherwise (a half-full batch) taken record by record as there. A keyed column
+    (``column.keys``) comes with its partition: its records, keys and all, go there in
+    order.
     """
     acc = app._acc
     batch_size = acc.batch_size
     tps = app.partitions_of(topic, info.num_partitions)
     yield_at = app.yield_threshold(len(tps))
-    largest_value = app.record_limit - batch_of_one_size(-1, 0, 0)
+    keys = column.keys
+    keyed = keys is not None
+    # the most bytes of key and value a record may have (a null key or value counts 0)
+    largest = app.record_limit - batch_of_one_size(0, 0, 0)
     value_sizes = bulk._value_sizes
+    key_sizes = bulk._key_sizes
     total = len(column)
+    if keys is not None:  # keyed records are all checked before any is queued
+        j = column.first_larger_than(largest)
+        if j >= 0:
+            value = column.value(j)
+            raise app.too_large(
+                batch_of_one_size(len(keys.key(j)), -1 if value is None else len(value), 0)
+            )
     plan: EncodedBatches | None = None
     i = 0
     while i < total:
         value = column.value(i)
         size = -1 if value is None else len(value)
-        if size > largest_value:
-            raise app.too_large(batch_of_one_size(-1, size, 0))
+        key = None if keys is None else keys.key(i)
+        record_bytes = (0 if key is None else len(key)) + (size if size > 0 else 0)
+        if record_bytes > largest:
+            raise app.too_large(batch_of_one_size(-1 if key is None else len(key), size, 0))
         batch, index, sticky = await _open_run(
             app,
             bulk,
@@ -296,6 +336,7 @@ async def _append_encodable(
             tps,
             partition,
             timestamp_ms,
+            key,
             value,
             size,
             None,
@@ -313,13 +354,9 @@ async def _append_encodable(
         if index == 0:  # a fresh batch: the plan's batch from this record fits it
             k = plan.batch_at(i - 1) if plan is not None else -1
             if k < 0 or plan is None:
-                plan = column.encode_batches(i - 1, batch_size, largest_value)
+                plan = column.encode_batches(i - 1, batch_size, largest)
                 k = plan.batch_at(i - 1)
-        if k < 0 or plan is None:
-            builder.append_values(
-                timestamp_ms, column.values_from(i), batch_size, largest_value, value_sizes
-            )
-        else:
+        if k >= 0 and plan is not None:
             end = plan.firsts[k + 1]
             if builder.append_encoded(
                 timestamp_ms,
@@ -331,7 +368,39 @@ async def _append_encodable(
                 plan.next_sizes[k],
             ):
                 value_sizes.extend(plan.value_sizes(i, end))
-        i += _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
+                if keyed:
+                    key_sizes.extend(plan.key_sizes(i, end))
+        elif keyed:
+            _append_keyed_from(column, builder, i, timestamp_ms, batch_size, largest, bulk)
+        else:
+            builder.append_values(
+                timestamp_ms, column.values_from(i), batch_size, largest, value_sizes
+            )
+        i += _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info, keyed)
+
+
+def _append_keyed_from(
+    column: EncodableValues,
+    builder: RecordBatchBuilder,
+    index: int,
+    timestamp_ms: int,
+    batch_size: int,
+    largest: int,
+    bulk: BulkDelivery,
+) -> None:
+    """A keyed column's records from ``index`` into a half-full batch, one by one."""
+    room = batch_size - builder.size_in_bytes
+    keys, values = column.records_from(index, room, largest)
+    builder.append_keyed(
+        timestamp_ms,
+        keys,
+        values,
+        iter(range(len(keys))),
+        batch_size,
+        bulk._key_sizes,
+        bulk._value_sizes,
+        array("i"),  # the records stay in the column's order
+    )
 
 
 async def append_keyed(

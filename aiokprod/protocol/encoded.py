@@ -12,8 +12,13 @@ the partition choice, ``buffer_memory``, the size limits, the sticky accounting,
 wakeups - stays with the append path (:mod:`aiokprod.internals.appender`), which opens
 every batch with the run's first record the one-record way.
 
-This module holds only the two shapes the append path talks to; it imports nothing beyond
-the standard library.
+A column may also carry keys (:class:`EncodableKeys`, ``send_many(..., keys=column.keys)``):
+its records are then keyed, and the append path takes it in bulk when the call names the
+partition (the caller has hashed the keys, as the Spark writer does per column:
+:mod:`aiokprod.spark.keyed`); otherwise the keys and values are taken one by one.
+
+This module holds only the shapes the append path talks to; it imports nothing beyond the
+standard library.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ class EncodedBatches:
     first record taking ``first_sizes[k]`` of them. ``next_sizes[k]`` is the size the record
     after the batch would take in it (it did not fit), -1 when the plan ends there without
     the batch being full. ``value_sizes`` holds each record's value size (-1: null), from
-    ``firsts[0]`` on.
+    ``firsts[0]`` on, and ``key_sizes`` each key's size when the records are keyed.
     """
 
     __slots__ = (
         "_by_first",
+        "_key_sizes",
         "_owner",
         "_value_sizes",
         "data",
@@ -53,6 +59,7 @@ class EncodedBatches:
         next_sizes: list[int],
         value_sizes: array[int],
         owner: object = None,
+        key_sizes: array[int] | None = None,
     ) -> None:
         if not len(firsts) == len(positions) == len(first_sizes) + 1 == len(next_sizes) + 1:
             raise ValueError("planned batches: firsts/positions need one entry more than sizes")
@@ -62,6 +69,7 @@ class EncodedBatches:
         self.first_sizes = first_sizes
         self.next_sizes = next_sizes
         self._value_sizes = value_sizes
+        self._key_sizes = key_sizes
         self._owner = owner  # keeps the buffer behind ``data`` alive
         self._by_first = {first: k for k, first in enumerate(firsts[:-1])}
 
@@ -78,6 +86,31 @@ class EncodedBatches:
         base = self.firsts[0]
         return self._value_sizes[start - base : stop - base]
 
+    def key_sizes(self, start: int, stop: int) -> array[int]:
+        """The key sizes of records ``start`` to ``stop - 1`` (keyed records only)."""
+        if self._key_sizes is None:
+            raise ValueError("the planned records are not keyed")
+        base = self.firsts[0]
+        return self._key_sizes[start - base : stop - base]
+
+
+class EncodableKeys:
+    """The keys of an :class:`EncodableValues` column whose records are keyed.
+
+    Never None (a null key is not hashed like the others: such a column is not keyed).
+    Iterating gives the keys as ``bytes``, so the per-record path takes them like a list.
+    """
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def key(self, index: int) -> bytes:
+        """Key ``index`` as bytes."""
+        raise NotImplementedError
+
 
 class EncodableValues:
     """A column of record values (``bytes`` or None) that can plan fresh batches of them.
@@ -85,7 +118,14 @@ class EncodableValues:
     Iterating gives the values as ``bytes``/None, so anything that takes an iterable of
     values (the per-record path) takes a column too; the bulk path asks :meth:`value` for
     each batch's first record and :meth:`encode_batches` for the rest.
+
+    A keyed column has :attr:`keys`, one per value, which its plans encode with the values
+    (``send_many(topic, column, keys=column.keys, partition=p)``); :meth:`records_from`
+    hands the records after a half-full batch's first one to the builder's keyed loop.
     """
+
+    #: The keys of the column's records (None: unkeyed records).
+    keys: EncodableKeys | None = None
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -101,12 +141,48 @@ class EncodableValues:
         """The values from ``index`` on."""
         return (self.value(i) for i in range(index, len(self)))
 
+    def first_larger_than(self, size: int) -> int:
+        """The first record whose key and value take more than ``size`` bytes, or -1."""
+        keys = self.keys
+        for i in range(len(self)):
+            value = self.value(i)
+            total = (0 if keys is None else len(keys.key(i))) + (0 if value is None else len(value))
+            if total > size:
+                return i
+        return -1
+
+    def records_from(
+        self, index: int, room: int, max_value_size: int
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """Keys and values of a keyed column's records from ``index`` on, as lists.
+
+        At least the records that can fit in ``room`` more bytes of a batch and one more
+        (so that the builder finds the batch full), none from the first whose key and value
+        together take more than ``max_value_size`` bytes (the append path refuses it).
+        """
+        keys = self.keys
+        if keys is None:
+            raise ValueError("an unkeyed column")
+        out_keys: list[bytes] = []
+        out_values: list[bytes | None] = []
+        used = 0
+        for i in range(index, len(self)):
+            key, value = keys.key(i), self.value(i)
+            size = len(key) + (len(value) if value is not None else 0)
+            if size > max_value_size or used > room:
+                break
+            out_keys.append(key)
+            out_values.append(value)
+            used += size + 7  # a record takes at least 7 bytes besides its key and value
+        return out_keys, out_values
+
     def encode_batches(self, start: int, size_limit: int, max_value_size: int) -> EncodedBatches:
         """Plan fresh batches of up to ``size_limit`` bytes from record ``start`` on.
 
-        Unkeyed records without headers, offset deltas from 0 in each batch, timestamp
-        delta 0. The plan ends before any value larger than ``max_value_size`` (its record
-        is the next batch's first, and the append path refuses it), and, unless it reaches
-        the last record, after a batch that filled up.
+        Records without headers (keyed when the column has :attr:`keys`), offset deltas
+        from 0 in each batch, timestamp delta 0. The plan ends before any record whose
+        value (and key) take more than ``max_value_size`` bytes (its record is the next
+        batch's first, and the append path refuses it), and, unless it reaches the last
+        record, after a batch that filled up.
         """
         raise NotImplementedError

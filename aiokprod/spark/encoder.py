@@ -1,23 +1,25 @@
 """An Arrow binary column encoded as v2 records in bulk, straight from its buffers.
 
-:class:`ArrowValues` is the Spark writer's value column for ``Producer.send_many``: an
+:class:`ArrowValues` is the Spark writer's value column for ``Producer.send_many`` (with
+its keys, :class:`ArrowKeys`, when the rows are keyed): an
 :class:`~aiokprod.protocol.encoded.EncodableValues`, so the producer's one append path
 (:mod:`aiokprod.internals.appender`) opens each batch with the batch's first record the
 one-record way and copies the rest of the batch from a plan this module computes with
 numpy and ``pyarrow.compute``, without a Python object per record:
 
 1. the value lengths come from the Arrow offsets buffer (-1 where the validity bitmap says
-   null);
+   null), the key lengths likewise;
 2. each record's size is known up to the length of its offset delta's varint (1 byte for
    deltas below 64, 2 below 8,192, ...), so the batch boundaries follow from prefix sums
    of those sizes, one bisection per batch, by the rule
    :meth:`~aiokprod.protocol.records.RecordBatchBuilder.try_append` applies (a record
    fits if the batch stays within ``batch_size``; the first one always fits);
 3. with the offset deltas known, the framing of every record - length, attributes,
-   timestamp delta 0, offset delta, null key, value length - is taken from a table of
-   varints and joined with the values in one ``binary_join_element_wise``: its data buffer
-   holds the planned batches' records back to back, byte for byte what the builder would
-   write (``tests/unit/spark/test_encoder.py``).
+   timestamp delta 0, offset delta, key length (or a null key), value length - is taken
+   from a table of varints and joined with the keys and values in one
+   ``binary_join_element_wise``: its data buffer holds the planned batches' records back
+   to back, byte for byte what the builder would write
+   (``tests/unit/spark/test_encoder.py``, ``test_keyed.py``).
 
 Plans cover :data:`WINDOW_RECORDS` records at most and end after a batch that filled up, so
 that a batch opened somewhere else than planned (a partition's half-full batch) costs one
@@ -35,10 +37,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
+from aiokprod.protocol.encoded import EncodableKeys, EncodableValues, EncodedBatches
 from aiokprod.protocol.records import BATCH_HEADER_SIZE
 
-__all__ = ["WINDOW_RECORDS", "ArrowValues"]
+__all__ = ["WINDOW_RECORDS", "ArrowKeys", "ArrowValues", "lengths_of"]
 
 #: The most records one plan encodes.
 WINDOW_RECORDS: Final = 8192
@@ -48,6 +50,9 @@ _TABLE_SIZE: Final = 1 << 14
 #: Offset delta d takes a varint of zigzag(d) = 2d: one byte below 64, two below 8,192, ...
 _DELTA_CLASSES: Final = ((1, 64), (64, 1 << 13), (1 << 13, 1 << 20), (1 << 20, 1 << 27))
 #: Attributes (0) and timestamp delta (0); a null key (varint -1); no headers (count 0).
+#: The least a record takes besides its key and value: length, attributes, timestamp delta,
+#: offset delta, key length, value length, header count (one byte each).
+_MIN_FRAMING: Final = 7
 _ATTRIBUTES_AND_TIMESTAMP: Final = b"\x00\x00"
 _NULL_KEY: Final = b"\x01"
 _NO_HEADERS: Final = b"\x00"
@@ -94,11 +99,54 @@ def _framing(values: Any, large: bool) -> pa.Array:
     return _varints(values, large)
 
 
+def lengths_of(array: pa.Array) -> tuple[Any, Any, memoryview]:
+    """Starts and lengths (-1: null) of a binary array's values, and its data buffer."""
+    n = len(array)
+    _, offsets_buffer, data_buffer = array.buffers()
+    if n and offsets_buffer is not None:
+        dtype = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+        offsets = np.frombuffer(offsets_buffer, dtype)[array.offset : array.offset + n + 1]
+    else:
+        offsets = np.zeros(n + 1, np.int64)
+    offsets = offsets.astype(np.int64)
+    lengths = np.diff(offsets)
+    if array.null_count:
+        lengths[~array.is_valid().to_numpy(zero_copy_only=False)] = -1
+    data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+    return offsets[:-1], lengths, data
+
+
+class ArrowKeys(EncodableKeys):
+    """The keys of a keyed :class:`ArrowValues` column (``column.keys``)."""
+
+    def __init__(self, array: pa.Array) -> None:
+        if not ArrowValues.takes(array.type):
+            raise TypeError(f"ArrowKeys takes binary or large_binary, got {array.type}")
+        if array.null_count:
+            raise ValueError("a null key: such records are not keyed (send them as a list)")
+        self.array = array
+        self.starts, self.lengths, self._data = lengths_of(array)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.array.to_pylist())
+
+    def key(self, index: int) -> bytes:
+        """Key ``index`` as bytes (a copy out of the data buffer)."""
+        start = int(self.starts[index])
+        return bytes(self._data[start : start + int(self.lengths[index])])
+
+
 class ArrowValues(EncodableValues):
-    """A binary (or large_binary) Arrow array as the values of unkeyed records.
+    """A binary (or large_binary) Arrow array as the values of records.
 
     Args:
         array: the values; view ``string`` columns as ``binary`` first (no copy).
+        keys: the records' keys, one per value (binary or large_binary, no nulls), or None
+            for unkeyed records; ``send_many(topic, column, keys=column.keys,
+            partition=p)`` sends them keyed.
     """
 
     @staticmethod
@@ -106,28 +154,23 @@ class ArrowValues(EncodableValues):
         """Whether an array of this type can be a column (binary or large_binary)."""
         return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
 
-    def __init__(self, array: pa.Array) -> None:
+    def __init__(self, array: pa.Array, keys: pa.Array | None = None) -> None:
         kind = array.type
         if not self.takes(kind):
             raise TypeError(f"ArrowValues takes binary or large_binary, got {kind}")
         self._array = array
         self._large = pa.types.is_large_binary(kind)
-        n = self._n = len(array)
-        _, offsets_buffer, data_buffer = array.buffers()
-        if n and offsets_buffer is not None:
-            dtype = np.int64 if self._large else np.int32
-            offsets = np.frombuffer(offsets_buffer, dtype)[array.offset : array.offset + n + 1]
-        else:
-            offsets = np.zeros(n + 1, np.int64)
-        offsets = offsets.astype(np.int64)
-        lengths = np.diff(offsets)
-        if array.null_count:
-            lengths[~array.is_valid().to_numpy(zero_copy_only=False)] = -1
-        self._starts = offsets[:-1]
-        self._lengths = lengths
-        self._data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+        self._n = len(array)
+        self._starts, self._lengths, self._data = lengths_of(array)
         #: The values with nulls as empty bytes: the framing says which are null.
         self._filled = array.fill_null(b"") if array.null_count else array
+        self._record_sums: Any = None
+        if keys is not None:
+            if len(keys) != self._n:
+                raise ValueError(f"{len(keys)} keys for {self._n} values")
+            self.keys = ArrowKeys(keys)
+            # one offset width for the join (keys as wide as the values)
+            self._key_array = keys if keys.type == kind else keys.cast(kind)
 
     def __len__(self) -> int:
         return self._n
@@ -143,17 +186,61 @@ class ArrowValues(EncodableValues):
         start = int(self._starts[index])
         return bytes(self._data[start : start + size])
 
+    def _sums(self) -> tuple[Any, Any]:
+        """Bytes of key and value of each record, and the prefix sums of the least it takes."""
+        sums: tuple[Any, Any] | None = self._record_sums
+        if sums is None:
+            sizes = np.maximum(self._lengths, 0)
+            if isinstance(self.keys, ArrowKeys):
+                sizes = sizes + self.keys.lengths
+            sums = self._record_sums = (sizes, np.cumsum(sizes + _MIN_FRAMING))
+        return sums
+
+    def first_larger_than(self, size: int) -> int:
+        """The first record whose key and value take more than ``size`` bytes, or -1."""
+        larger = np.flatnonzero(self._sums()[0] > size)
+        return int(larger[0]) if larger.size else -1
+
+    def records_from(
+        self, index: int, room: int, max_value_size: int
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """See :meth:`EncodableValues.records_from` (a slice of each array, as lists)."""
+        keys = self.keys
+        if not isinstance(keys, ArrowKeys):
+            raise ValueError("an unkeyed column")
+        sizes, least = self._sums()
+        before = int(least[index - 1]) if index else 0
+        # the records whose least size, summed before them, is within the room
+        stop = int(np.searchsorted(least, before + room, "right")) + 1
+        stop = min(stop, self._n)
+        too_large = np.flatnonzero(sizes[index:stop] > max_value_size)
+        if too_large.size:
+            stop = index + int(too_large[0])
+        return (
+            keys.array.slice(index, stop - index).to_pylist(),
+            self._array.slice(index, stop - index).to_pylist(),
+        )
+
     def encode_batches(self, start: int, size_limit: int, max_value_size: int) -> EncodedBatches:
         """Plan fresh batches from record ``start`` (see the module docstring)."""
         stop = min(self._n, start + WINDOW_RECORDS)
         lengths = self._lengths[start:stop]
-        too_large = np.flatnonzero(lengths[1:] > max_value_size)
+        keys = self.keys
+        key_lengths = keys.lengths[start:stop] if isinstance(keys, ArrowKeys) else None
+        record_bytes = np.maximum(lengths, 0)
+        if key_lengths is not None:
+            record_bytes = record_bytes + key_lengths
+        too_large = np.flatnonzero(record_bytes[1:] > max_value_size)
         if too_large.size:  # the plan ends before it; the append path refuses it
             stop = start + 1 + int(too_large[0])
             lengths = lengths[: stop - start]
         zigzag = np.where(lengths < 0, 1, lengths * 2)
-        # attributes, timestamp delta (0), null key, value length, value, header count
+        # attributes, timestamp delta (0), key (null: 1 byte), value length, value, headers
         base = 4 + _varint_len(zigzag) + np.maximum(lengths, 0)
+        if key_lengths is not None:
+            key_lengths = key_lengths[: stop - start]
+            key_zigzag = key_lengths * 2
+            base += _varint_len(key_zigzag) - 1 + key_lengths
         planner = _Planner(base, size_limit)
         window_cut = stop < self._n and stop - start == WINDOW_RECORDS
         firsts, next_sizes = planner.plan(window_cut)
@@ -164,15 +251,23 @@ class ArrowValues(EncodableValues):
         delta_zigzag = deltas * 2
         body = base[:m] + _varint_len(delta_zigzag)
         large = self._large
+        kind = self._filled.type
+        if key_lengths is None:
+            key_parts: list[Any] = [pa.scalar(_NULL_KEY, kind)]
+        else:
+            key_parts = [
+                _framing(key_zigzag[:m], large),
+                self._key_array.slice(start, m),
+            ]
         records = pc.binary_join_element_wise(
             _framing(body * 2, large),
-            pa.scalar(_ATTRIBUTES_AND_TIMESTAMP, self._filled.type),
+            pa.scalar(_ATTRIBUTES_AND_TIMESTAMP, kind),
             _framing(delta_zigzag, large),
-            pa.scalar(_NULL_KEY, self._filled.type),
+            *key_parts,
             _framing(zigzag[:m], large),
             self._filled.slice(start, m),
-            pa.scalar(_NO_HEADERS, self._filled.type),
-            pa.scalar(b"", self._filled.type),
+            pa.scalar(_NO_HEADERS, kind),
+            pa.scalar(b"", kind),
         )
         _, offsets_buffer, data_buffer = records.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int64 if large else np.int32)
@@ -186,6 +281,9 @@ class ArrowValues(EncodableValues):
             next_sizes,
             array("i", lengths[:m].astype(np.int32).tobytes()),
             owner=records,
+            key_sizes=None
+            if key_lengths is None
+            else array("i", key_lengths[:m].astype(np.int32).tobytes()),
         )
 
 

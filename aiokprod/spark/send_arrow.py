@@ -4,8 +4,10 @@
   as ``binary``, no decoding) and handed to :meth:`Producer.send_many` — one call per
   (topic, partition) group of a batch, no ``Row`` and no future per record; unkeyed values
   as an :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append
-  path encodes batch by batch straight from the Arrow buffers, keyed ones (hashed per key)
-  with one ``to_pylist()`` per column;
+  path encodes batch by batch straight from the Arrow buffers; keyed ones hashed per
+  column (:mod:`aiokprod.spark.keyed`: murmur2 with numpy, as the Java client) and sent as
+  one keyed column per partition, encoded the same way (with null keys, or a producer
+  whose partitioner is not murmur2: one ``to_pylist()`` per column, hashed per key);
 - rows with headers (``send_many`` takes one header set per call) go through
   :meth:`Producer.send` one by one, counted by delivery callbacks;
 - the first failure stops the partition: the rows after it are *not sent*.
@@ -65,6 +67,7 @@ async def send_batch(
     import pyarrow.compute as pc
 
     from aiokprod.spark.encoder import ArrowValues
+    from aiokprod.spark.keyed import hashes_keys_with_murmur2, split_by_partition
 
     at = {name.lower(): i for i, name in enumerate(batch.schema.names)}
     values = _binary(batch.column(at["value"]))
@@ -91,11 +94,28 @@ async def send_batch(
         groups: list[tuple[str, int | None, Any]] = [(topic, None, None)]
     else:
         groups = _groups(fixed_topic, topics, partitions, rows)
+    by_column = keys is not None and hashes_keys_with_murmur2(producer)
     for topic, partition, indices in groups:
         part_values = values if indices is None else values.take(indices)
         part_keys = keys if keys is None or indices is None else keys.take(indices)
         count = len(part_values)
         try:
+            if (
+                by_column
+                and partition is None
+                and part_keys is not None
+                and not part_keys.null_count
+                and ArrowValues.takes(part_values.type)
+                and ArrowValues.takes(part_keys.type)
+            ):
+                # keyed: hashed and split per column, one call per partition (spark/keyed.py)
+                partition_count = len(await producer.partitions_for(topic))
+                for p, column in split_by_partition(part_values, part_keys, partition_count):
+                    count = len(column)
+                    bulk = await producer.send_many(topic, column, keys=column.keys, partition=p)
+                    tally.accounted_in_batch += count
+                    tally.pending.append(bulk)
+                continue
             bulk = await producer.send_many(
                 topic,
                 # unkeyed: encoded straight from the Arrow buffers (spark/encoder.py)
