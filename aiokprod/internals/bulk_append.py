@@ -7,10 +7,9 @@ go in runs: each
 run opens with the appender's one-record path (:meth:`RecordAppender.append`, then
 :meth:`RecordAppender.append_new_batch` when a new batch is needed: the partition choice,
 memory, sticky accounting and wakeups stay written once, there), then the batch builder's
-inner loops add the rest of the run. Values that encode themselves
-(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns) have the rest of each
-fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`);
-so do keyed columns (their keys hashed by the caller) sent to one partition.
+inner loops add the rest of the run. Columns that encode themselves
+(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns, keyed or not) have the
+rest of each fresh batch copied from their plan instead (:mod:`.bulk_columns`).
 """
 
 from __future__ import annotations
@@ -20,14 +19,19 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiokprod.internals.accumulator import batch_of_one_size
-from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.internals.bulk_columns import (
+    append_encodable,
+    append_keyed_columns,
+    check_sizes,
+    close_run,
+    open_run,
+)
 from aiokprod.internals.metadata import TopicInfo
-from aiokprod.internals.partitioner import KeyHasher, StickyPartitionState
+from aiokprod.internals.partitioner import KeyHasher
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.encoded import EncodableKeys, EncodableValues, EncodedBatches
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, NO_LEFTOVER, RecordBatchBuilder
-from aiokprod.types import TopicPartition
+from aiokprod.protocol.encoded import EncodableKeys, EncodableValues
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
 
 if TYPE_CHECKING:
     from aiokprod.internals.appender import RecordAppender
@@ -81,22 +85,21 @@ async def append_columns(
     Keyed columns take :func:`prepare_keyed` and :func:`append_keyed` when the keys are
     hashed (``hasher``, a built-in partitioner), without a fixed partition, headers or None
     keys; unkeyed ones take :func:`append_values` with a fixed partition or the sticky
-    partitioner; a keyed column (:class:`EncodableKeys`) with a fixed partition takes
-    :func:`_append_encodable` (and otherwise the lists' path). Anything else (a custom or
+    partitioner. A keyed column (:class:`EncodableKeys`, the keys of ``values``) takes
+    :func:`_append_keyed_column`, or else the lists' path. Anything else (a custom or
     round-robin partitioner, ...) returns False with nothing queued.
     """
     if isinstance(keys, EncodableKeys):
         if (
-            partition is not None
-            and header_bytes is None
+            header_bytes is None
             and not key_serializer
             and not value_serializer
             and isinstance(values, EncodableValues)
             and values.keys is keys
-        ):
-            await _append_encodable(
-                app, bulk, topic, values, partition, timestamp_ms, info, started_ms
+            and await _append_keyed_column(
+                app, bulk, topic, values, partition, timestamp_ms, info, started_ms, hasher
             )
+        ):
             return True
         keys = list(keys)
     if keys is not None:
@@ -153,7 +156,7 @@ async def append_values(
         and header_bytes is None
         and not value_serializer
     ):
-        await _append_encodable(app, bulk, topic, values, partition, timestamp_ms, info, started_ms)
+        await append_encodable(app, bulk, topic, values, partition, timestamp_ms, info, started_ms)
         return
     acc = app._acc
     batch_size = acc.batch_size
@@ -176,7 +179,7 @@ async def append_values(
         size = -1 if pending is None else len(pending)
         if size > largest_value:
             raise app.too_large(batch_of_one_size(-1, size, headers_size))
-        batch, _, sticky = await _open_run(
+        batch, _, sticky = await open_run(
             app,
             bulk,
             topic,
@@ -205,202 +208,40 @@ async def append_values(
             pending = _append_with_headers(
                 builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
             )
-        _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
+        close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
 
 
-async def _open_run(
+async def _append_keyed_column(
     app: RecordAppender,
     bulk: BulkDelivery,
     topic: str,
-    tps: tuple[TopicPartition, ...],
+    column: EncodableValues,
     partition: int | None,
     timestamp_ms: int,
-    key: bytes | None,
-    value: bytes | None,
-    size: int,
-    header_bytes: bytes | None,
     info: TopicInfo,
     started_ms: int,
-    yield_at: int,
-) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
-    """A run's first record, the one-record way (sticky counts it there).
+    hasher: KeyHasher | None,
+) -> bool:
+    """A keyed column: to ``partition``, or split by the Java partition of each key.
 
-    The partition (fixed, or the sticky one: unkeyed records only), then its open batch
-    or a new one. Returns the batch, the record's index in it, and the sticky state (None:
-    fixed).
+    Without a partition, only when the partitioner hashes keys with murmur2 (``hasher``)
+    and the column can split itself by it (:meth:`EncodableValues.split_by_murmur2`);
+    False (nothing queued) otherwise. Every record is checked before any is queued.
     """
     if partition is not None:
-        p, sticky = partition, None
-    else:
-        p, sticky = app.partitions.choose(topic, None, len(tps), info.available)
-    tp = tps[p]
-    app.enlist(tp)
-    opened = app.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
-    if opened is None:
-        opened = await app.append_new_batch(
-            tp, timestamp_ms, key, value, header_bytes, sticky, info, started_ms, yield_at
-        )
-    batch, index = opened
-    bulk._add(batch.result, tp, index, -1 if key is None else len(key), size, timestamp_ms)
-    return batch, index, sticky
-
-
-def _close_run(
-    app: RecordAppender,
-    bulk: BulkDelivery,
-    batch: ProducerBatch,
-    before: int,
-    start: int,
-    sticky: StickyPartitionState | None,
-    timestamp_ms: int,
-    info: TopicInfo,
-    keyed: bool = False,
-) -> int:
-    """Account for a run's bulk append; returns how many records it added.
-
-    ``before`` and ``start`` are the batch's bytes and records before it: the bulk
-    delivery counts what was added (``keyed``: their key sizes are in already), a full
-    batch wakes the sender, and sticky is fed the bytes.
-    """
-    builder = batch.builder
-    if builder is None:  # pragma: no cover - the caller appended to it
-        return 0
-    added = builder.record_count - start
-    if added:
-        bulk._extend_last(added, timestamp_ms, keyed)
-    if builder.full:
-        batch.is_full = True
-        app.wakeup()
-    if sticky is not None:
-        sticky.on_append(
-            builder.size_in_bytes - before,
-            batch.is_full,
-            info.num_partitions,
-            info.available,
-            app._clock.monotonic_ms(),
-        )
-    return added
-
-
-async def _append_encodable(
-    app: RecordAppender,
-    bulk: BulkDelivery,
-    topic: str,
-    column: EncodableValues,
-    partition: int | None,
-    timestamp_ms: int,
-    info: TopicInfo,
-    started_ms: int,
-) -> None:
-    """:func:`append_values` for a column that encodes its own records (protocol.encoded).
-
-    The same runs as there: each opens with the one-record path (the partition choice,
-    memory, a new batch, sticky accounting, wakeups); then, if that record began a
-    batch, the rest of the batch is copied from the column's plan of fresh batches in
-    one piece (the builder checks the batch is in the state the plan assumed), and
-    otherwise (a half-full batch) taken record by record as there. A keyed column
-    (``column.keys``) comes with its partition: its records, keys and all, go there in
-    order.
-    """
-    acc = app._acc
-    batch_size = acc.batch_size
-    tps = app.partitions_of(topic, info.num_partitions)
-    yield_at = app.yield_threshold(len(tps))
-    keys = column.keys
-    keyed = keys is not None
-    # the most bytes of key and value a record may have (a null key or value counts 0)
-    largest = app.record_limit - batch_of_one_size(0, 0, 0)
-    value_sizes = bulk._value_sizes
-    key_sizes = bulk._key_sizes
-    total = len(column)
-    if keys is not None:  # keyed records are all checked before any is queued
-        j = column.first_larger_than(largest)
-        if j >= 0:
-            value = column.value(j)
-            raise app.too_large(
-                batch_of_one_size(len(keys.key(j)), -1 if value is None else len(value), 0)
-            )
-    plan: EncodedBatches | None = None
-    i = 0
-    while i < total:
-        value = column.value(i)
-        size = -1 if value is None else len(value)
-        key = None if keys is None else keys.key(i)
-        record_bytes = (0 if key is None else len(key)) + (size if size > 0 else 0)
-        if record_bytes > largest:
-            raise app.too_large(batch_of_one_size(-1 if key is None else len(key), size, 0))
-        batch, index, sticky = await _open_run(
-            app,
-            bulk,
-            topic,
-            tps,
-            partition,
-            timestamp_ms,
-            key,
-            value,
-            size,
-            None,
-            info,
-            started_ms,
-            yield_at,
-        )
-        i += 1
-        builder = batch.builder
-        if builder is None or batch.is_full or i >= total:
-            continue
-        before = builder.size_in_bytes
-        start = builder.record_count
-        k = -1
-        if index == 0:  # a fresh batch: the plan's batch from this record fits it
-            k = plan.batch_at(i - 1) if plan is not None else -1
-            if k < 0 or plan is None:
-                plan = column.encode_batches(i - 1, batch_size, largest)
-                k = plan.batch_at(i - 1)
-        if k >= 0 and plan is not None:
-            end = plan.firsts[k + 1]
-            if builder.append_encoded(
-                timestamp_ms,
-                plan.rest(k),
-                end - i,
-                1,
-                BATCH_HEADER_SIZE + plan.first_sizes[k],
-                batch_size,
-                plan.next_sizes[k],
-            ):
-                value_sizes.extend(plan.value_sizes(i, end))
-                if keyed:
-                    key_sizes.extend(plan.key_sizes(i, end))
-        elif keyed:
-            _append_keyed_from(column, builder, i, timestamp_ms, batch_size, largest, bulk)
-        else:
-            builder.append_values(
-                timestamp_ms, column.values_from(i), batch_size, largest, value_sizes
-            )
-        i += _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info, keyed)
-
-
-def _append_keyed_from(
-    column: EncodableValues,
-    builder: RecordBatchBuilder,
-    index: int,
-    timestamp_ms: int,
-    batch_size: int,
-    largest: int,
-    bulk: BulkDelivery,
-) -> None:
-    """A keyed column's records from ``index`` into a half-full batch, one by one."""
-    room = batch_size - builder.size_in_bytes
-    keys, values = column.records_from(index, room, largest)
-    builder.append_keyed(
-        timestamp_ms,
-        keys,
-        values,
-        iter(range(len(keys))),
-        batch_size,
-        bulk._key_sizes,
-        bulk._value_sizes,
-        array("i"),  # the records stay in the column's order
+        await append_encodable(app, bulk, topic, column, partition, timestamp_ms, info, started_ms)
+        return True
+    if hasher is None or not hasher.java_compatible:
+        return False
+    largest = check_sizes(app, column)
+    split = column.split_by_murmur2(info.num_partitions)
+    if split is None:
+        return False
+    order, columns = split
+    await append_keyed_columns(
+        app, bulk, topic, columns, order, timestamp_ms, info, started_ms, largest
     )
+    return True
 
 
 async def append_keyed(

@@ -14,8 +14,10 @@ every batch with the run's first record the one-record way.
 
 A column may also carry keys (:class:`EncodableKeys`, ``send_many(..., keys=column.keys)``):
 its records are then keyed, and the append path takes it in bulk when the call names the
-partition (the caller has hashed the keys, as the Spark writer does per column:
-:mod:`aiokprod.spark.keyed`); otherwise the keys and values are taken one by one.
+partition, or when the partitioner hashes keys with murmur2 and the column splits itself
+by the murmur2 partition of its keys (:meth:`EncodableValues.split_by_murmur2`: the Spark
+writer's columns hash their keys in bulk, :mod:`aiokprod.spark.keyed`); otherwise the keys
+and values are taken one by one.
 
 This module holds only the shapes the append path talks to; it imports nothing beyond the
 standard library.
@@ -120,8 +122,9 @@ class EncodableValues:
     each batch's first record and :meth:`encode_batches` for the rest.
 
     A keyed column has :attr:`keys`, one per value, which its plans encode with the values
-    (``send_many(topic, column, keys=column.keys, partition=p)``); :meth:`records_from`
-    hands the records after a half-full batch's first one to the builder's keyed loop.
+    (``send_many(topic, column, keys=column.keys)``); :meth:`records_from` hands the
+    records after a half-full batch's first one to the builder's keyed loop, and
+    :meth:`split_by_murmur2` splits it by partition.
     """
 
     #: The keys of the column's records (None: unkeyed records).
@@ -140,6 +143,19 @@ class EncodableValues:
     def values_from(self, index: int) -> Iterator[bytes | None]:
         """The values from ``index`` on."""
         return (self.value(i) for i in range(index, len(self)))
+
+    def split_by_murmur2(
+        self, num_partitions: int
+    ) -> tuple[array[int], list[tuple[int, EncodableValues]]] | None:
+        """A keyed column split by the partition the Java client gives each key.
+
+        That is ``toPositive(murmur2(key)) % num_partitions``, bit for bit
+        (:func:`aiokprod.internals.partitioner.murmur2`), computed in bulk. Returns the input
+        position of each record in the order of the split, and one keyed column per
+        partition that has records (ascending), holding them in input order; None when the
+        column cannot (the keys are then hashed one by one).
+        """
+        return None
 
     def first_larger_than(self, size: int) -> int:
         """The first record whose key and value take more than ``size`` bytes, or -1."""

@@ -186,6 +186,17 @@ class ArrowValues(EncodableValues):
         start = int(self._starts[index])
         return bytes(self._data[start : start + size])
 
+    def split_by_murmur2(
+        self, num_partitions: int
+    ) -> tuple[array[int], list[tuple[int, EncodableValues]]] | None:
+        """The rows split by the Java partition of their keys (:mod:`aiokprod.spark.keyed`)."""
+        if not isinstance(self.keys, ArrowKeys):
+            return None
+        from aiokprod.spark.keyed import split_by_partition
+
+        order, columns = split_by_partition(self._array, self.keys.array, num_partitions)
+        return order, list(columns)
+
     def _sums(self) -> tuple[Any, Any]:
         """Bytes of key and value of each record, and the prefix sums of the least it takes."""
         sums: tuple[Any, Any] | None = self._record_sums

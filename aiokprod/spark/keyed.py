@@ -18,33 +18,26 @@ for the whole column at once, with numpy:
    :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append path
    encodes batch by batch straight from the buffers.
 
-Only for a producer whose partitioner hashes keys with murmur2 (the built-in one, keys
-not ignored: :func:`hashes_keys_with_murmur2`); otherwise the writer sends keys as lists
-and the producer's partitioner decides.
+The producer asks for the split (:meth:`ArrowValues.split_by_murmur2
+<aiokprod.spark.encoder.ArrowValues.split_by_murmur2>`) only when its partitioner hashes
+keys with murmur2 (the built-in one, keys not ignored); otherwise it takes the keys one by
+one and its partitioner decides.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from array import array
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
 
 from aiokprod.spark.encoder import ArrowValues, lengths_of
 
-if TYPE_CHECKING:
-    from aiokprod.producer import Producer
-
-__all__ = ["hashes_keys_with_murmur2", "murmur2", "partitions", "split_by_partition"]
+__all__ = ["murmur2", "partitions", "split_by_partition"]
 
 _M: Final = np.uint32(0x5BD1E995)
 _SEED: Final = np.uint32(0x9747B28C)
-
-
-def hashes_keys_with_murmur2(producer: Producer) -> bool:
-    """Whether ``producer`` puts a keyed record where murmur2 of its key says."""
-    config = producer.config
-    return config.partitioner == "builtin" and not config.partitioner_ignore_keys
 
 
 def murmur2(keys: pa.Array) -> Any:
@@ -98,26 +91,28 @@ def partitions(keys: pa.Array, num_partitions: int) -> Any:
 
 def split_by_partition(
     values: pa.Array, keys: pa.Array, num_partitions: int
-) -> list[tuple[int, ArrowValues]]:
-    """The rows as one keyed column per partition, in partition order.
+) -> tuple[array[int], list[tuple[int, ArrowValues]]]:
+    """The rows as one keyed column per partition (ascending), and their input positions.
 
     ``values`` and ``keys`` are binary (or large_binary) arrays of the same length, the
-    keys without nulls. Each partition's rows keep their order.
+    keys without nulls. Each partition's rows keep their order; the positions are those of
+    the rows in the columns, column after column.
     """
     of_row = partitions(keys, num_partitions)
     counts = np.bincount(of_row, minlength=num_partitions)
     present = np.flatnonzero(counts).tolist()
     if len(present) == 1:
-        return [(present[0], ArrowValues(values, keys))]
+        return array("i", range(len(keys))), [(present[0], ArrowValues(values, keys))]
     # A stable sort on small ints (numpy's radix sort for 16-bit ones)
     small = of_row.astype(np.int16) if num_partitions <= 1 << 15 else of_row
-    order = pa.array(np.argsort(small, kind="stable"))
-    values = values.take(order)
-    keys = keys.take(order)
+    order = np.argsort(small, kind="stable")
+    indices = pa.array(order)
+    values = values.take(indices)
+    keys = keys.take(indices)
     out: list[tuple[int, ArrowValues]] = []
     at = 0
     for p in present:
         count = int(counts[p])
         out.append((p, ArrowValues(values.slice(at, count), keys.slice(at, count))))
         at += count
-    return out
+    return array("i", order.astype(np.int32).tobytes()), out

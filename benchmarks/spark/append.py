@@ -20,7 +20,6 @@ from __future__ import annotations
 import _thread
 import argparse
 import asyncio
-import hashlib
 import time
 from typing import Any
 
@@ -40,10 +39,10 @@ KEYS = ("none", "string", "binary")
 
 
 def key_column(ids: range, keys: str) -> pa.Array:
-    """``'k' + id % 10000`` as a string column, or ``md5(id % 100000)`` as 16-byte binary."""
+    """``'k' + id % 10000`` as a string column, or ``id % 100000`` as 8 big-endian bytes."""
     if keys == "string":
         return pa.array([f"k{i % 10_000}" for i in ids], pa.string())
-    return pa.array([hashlib.md5(str(i % 100_000).encode()).digest() for i in ids], pa.binary())
+    return pa.array([(i % 100_000).to_bytes(8, "big") for i in ids], pa.binary())
 
 
 def arrow_batches(

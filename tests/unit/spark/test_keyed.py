@@ -8,10 +8,12 @@ Each claim is checked against the per-record code it replaces:
   jar);
 - a keyed plan's batches are byte for byte what ``RecordBatchBuilder.try_append`` writes for
   the same keys and values;
-- the producer's append path queues exactly the same batches (bytes, partitions, the sizes in
-  each ``BulkDelivery``) for a batch's keyed rows split per column as for the same rows as
-  lists through the keyed list path (``to_pylist()``, hashed per key), whatever state the
-  partitions' batches are in, and refuses a record too large the same way.
+- the producer's append path puts every record of a keyed column where it puts the same
+  record given in lists (``to_pylist()``, hashed per key): the same partition, batch and
+  offset, the same metadata for each input row, the same batches byte for byte, whatever
+  state the partitions' batches are in; it refuses a record too large the same way, and
+  appends the partitions' batches in turn (each Produce request can carry one batch of
+  every partition).
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ from aiokprod.internals.budget import ByteBudget
 from aiokprod.internals.bulk import BulkDelivery, bulk_columns
 from aiokprod.internals.bulk_append import append_columns
 from aiokprod.internals.metadata import TopicInfo
-from aiokprod.internals.partitioner import PartitionChooser, murmur2, murmur2_hasher
+from aiokprod.internals.partitioner import (
+    KeyHasher,
+    PartitionChooser,
+    murmur2,
+    murmur2_hasher,
+    murmur3_hasher,
+)
 from aiokprod.protocol.record_reader import read_record_batch
 from aiokprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
 from aiokprod.types import TopicPartition
@@ -88,29 +96,23 @@ def test_split_keeps_each_partitions_rows_in_order() -> None:
     keys = [f"user-{i % 50}".encode() for i in range(1000)]
     values = [f"v{i}".encode() for i in range(1000)]
     hasher = murmur2_hasher()
-    split = keyed.split_by_partition(pa.array(values), pa.array(keys), 6)
-    assert [p for p, _ in split] == sorted({hasher.partition(k, 6) for k in keys})
-    for p, column in split:
+    split = ArrowValues(pa.array(values), pa.array(keys)).split_by_murmur2(6)
+    assert split is not None
+    order, columns = split
+    assert [p for p, _ in columns] == sorted({hasher.partition(k, 6) for k in keys})
+    in_order = []
+    for p, column in columns:
         expected = [
             (k, v) for k, v in zip(keys, values, strict=True) if hasher.partition(k, 6) == p
         ]
         assert column.keys is not None
         assert list(zip(column.keys, column, strict=True)) == expected
+        in_order += expected
+    assert [(keys[i], values[i]) for i in order] == in_order
     one = keyed.split_by_partition(pa.array(values[:3]), pa.array([b"same"] * 3), 6)
-    assert [(p, list(c)) for p, c in one] == [(hasher.partition(b"same", 6), values[:3])]
-
-
-def test_who_hashes_with_murmur2() -> None:
-    from aiokprod import Producer
-
-    def producer(**options: Any) -> Any:
-        return Producer("127.0.0.1:1", **options)
-
-    assert keyed.hashes_keys_with_murmur2(producer())
-    assert not keyed.hashes_keys_with_murmur2(producer(partitioner="murmur3"))
-    assert not keyed.hashes_keys_with_murmur2(producer(partitioner="round_robin"))
-    assert not keyed.hashes_keys_with_murmur2(producer(partitioner_ignore_keys=True))
-    assert not keyed.hashes_keys_with_murmur2(producer(partitioner=lambda t, k, n, a: 0))
+    assert list(one[0]) == [0, 1, 2]
+    assert [(p, list(c)) for p, c in one[1]] == [(hasher.partition(b"same", 6), values[:3])]
+    assert ArrowValues(pa.array(values)).split_by_murmur2(6) is None  # unkeyed
 
 
 # --- keyed plans ---------------------------------------------------------------------------
@@ -259,11 +261,16 @@ def appender(batch_size: int, record_limit: int = 1_000_000) -> RecordAppender:
 
 
 async def send(
-    app: RecordAppender, keys: Any, values: Any, partition: int | None, timestamp_ms: int
+    app: RecordAppender,
+    keys: Any,
+    values: Any,
+    partition: int | None,
+    timestamp_ms: int,
+    hasher: KeyHasher | None = None,
 ) -> BulkDelivery:
     bulk = BulkDelivery()
     keys, values = bulk_columns(keys, values)  # as send_many does: a keyed column stays
-    await append_columns(
+    handled = await append_columns(
         app,
         bulk,
         "t",
@@ -276,8 +283,9 @@ async def send(
         started_ms=-1,
         key_serializer=None,
         value_serializer=None,
-        hasher=murmur2_hasher(),
+        hasher=murmur2_hasher() if hasher is None else hasher,
     )
+    assert handled  # not sent down the per-record path
     return bulk
 
 
@@ -290,54 +298,62 @@ def queued(app: RecordAppender) -> dict[int, list[tuple[int, bool, bytes]]]:
     return out
 
 
-def records_of(bulk: BulkDelivery) -> list[tuple[Any, ...]]:
-    """Per record, in append order: partition, batch index, key and value sizes, time."""
-    out = []
-    n = 0
-    for segment in bulk._segments:
-        for j in range(segment.count):
-            out.append(
-                (
-                    segment.tp.partition,
-                    id(segment.result),
-                    segment.start + j,
-                    bulk._key_sizes[n],
-                    bulk._value_sizes[n],
-                    bulk._timestamps[n],
-                )
-            )
-            n += 1
-    return out
+def acknowledge(app: RecordAppender) -> None:
+    """Every queued batch acknowledged: each partition's offsets from 0, batch after batch."""
+    for p in range(PARTITIONS):
+        offset = 0
+        for batch in app._acc.queued(TopicPartition("t", p)):
+            if batch.final_state is None:
+                batch.complete(offset, -1)
+            offset += batch.record_count
 
 
-async def both(batch_size: int, calls: list[list[tuple[bytes, bytes | None]]], limit: int) -> None:
-    """Keyed rows per call: as lists (hashed per key) and split per column, the same batches."""
+def metadata(bulk: BulkDelivery, app: RecordAppender) -> list[tuple[Any, ...]]:
+    """Each input record's partition, offset, sizes and time (its batches acknowledged)."""
+    acknowledge(app)
+    return [
+        (m.partition, m.offset, m.serialized_key_size, m.serialized_value_size, m.timestamp_ms)
+        for m in bulk.metadata()
+    ]
+
+
+async def both(
+    batch_size: int,
+    calls: list[tuple[list[tuple[bytes, bytes | None]], int | None]],
+    limit: int,
+) -> None:
+    """Keyed rows as lists (hashed per key) and as a keyed column: the same everything.
+
+    A call with a partition also sends its rows to that partition, as a column and one by
+    one the way ``send()`` would.
+    """
     plain, columnar = appender(batch_size, limit), appender(batch_size, limit)
-    for n, rows in enumerate(calls):
+    for n, (rows, partition) in enumerate(calls):
         ts = TS + n  # later calls find half-full batches based at an earlier time
         keys = [k for k, _ in rows]
         values = [v for _, v in rows]
+        column = ArrowValues(pa.array(values, pa.binary()), pa.array(keys, pa.binary()))
         results: list[Any] = []
-        try:
-            bulk = await send(plain, list(keys), list(values), None, ts)
-            results.append(("ok", sorted(records_of(bulk), key=lambda r: r[0])))
-        except RecordTooLargeError as exc:
-            results.append(("too large", str(exc)))
-        got: list[Any] = []
-        try:
-            split = keyed.split_by_partition(pa.array(values, pa.binary()), pa.array(keys), 6)
-            for p, column in split:
-                got += records_of(await send(columnar, column.keys, column, p, ts))
-            results.append(("ok", got))
-        except RecordTooLargeError as exc:
-            results.append(("too large", str(exc)))
-        # the records' batches are told apart by identity: compare the rest, then the batches
-        assert [r[0] for r in results] == [r[0] for r in results[:1]] * 2
-        if results[0][0] == "ok":
-            strip = [[r[:1] + r[2:] for r in res[1]] for res in results]
-            assert strip[0] == strip[1]
-        else:
-            assert results[0] == results[1]
+        for app, call in (
+            (plain, send(plain, keys, list(values), None, ts)),
+            (columnar, send(columnar, column.keys, column, None, ts)),
+        ):
+            try:
+                results.append(("ok", metadata(await call, app)))
+            except RecordTooLargeError as exc:
+                results.append(("too large", str(exc)))
+        assert results[0] == results[1]
+        if partition is None or results[0][0] != "ok":
+            continue
+        bulk = await send(columnar, column.keys, column, partition, ts)
+        assert [(p, k, v) for p, _, k, v, _ in metadata(bulk, columnar)] == [
+            (partition, len(k), -1 if v is None else len(v)) for k, v in rows
+        ]
+        tp = TopicPartition("t", partition)
+        for key, value in rows:
+            if plain.append(tp, ts, key, value, None, None, INFO) is None:
+                await plain.append_new_batch(tp, ts, key, value, None, None, INFO, -1, 1)
+        acknowledge(plain)
     assert queued(plain) == queued(columnar)
     for batches in queued(columnar).values():
         for _, _, data in batches:
@@ -349,15 +365,17 @@ rows_st = st.lists(
     min_size=1,
     max_size=300,
 )
+calls_st = st.lists(
+    st.tuples(rows_st, st.one_of(st.none(), st.integers(min_value=0, max_value=5))),
+    min_size=1,
+    max_size=4,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    calls=st.lists(rows_st, min_size=1, max_size=4),
-    batch_size=st.integers(min_value=80, max_value=20_000),
-)
-def test_the_append_path_queues_the_same_batches_for_keyed_columns(
-    calls: list[list[tuple[bytes, bytes | None]]], batch_size: int
+@given(calls=calls_st, batch_size=st.integers(min_value=80, max_value=20_000))
+def test_the_append_path_puts_keyed_columns_where_it_puts_lists(
+    calls: list[tuple[list[tuple[bytes, bytes | None]], int | None]], batch_size: int
 ) -> None:
     asyncio.run(both(batch_size, calls, 1_000_000))
 
@@ -366,7 +384,8 @@ def test_a_keyed_record_too_large_fails_the_same_way(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(encoder, "WINDOW_RECORDS", 10)
     rows: list[tuple[bytes, bytes | None]] = [(b"k%d" % (i % 9), b"v" * 50) for i in range(30)]
     big: list[tuple[bytes, bytes | None]] = [(b"k1", b"x" * 1400), (b"k" * 1400, b"x")]
-    asyncio.run(both(1000, [rows, rows[:5] + big[:1] + rows, rows[:7] + big[1:]], 1500))
+    calls = [(rows, 1), (rows[:5] + big[:1] + rows, None), (rows[:7] + big[1:], 3), (rows, 0)]
+    asyncio.run(both(1000, calls, 1500))
 
 
 def test_long_keyed_runs_many_plans(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,22 +403,41 @@ def test_long_keyed_runs_many_plans(monkeypatch: pytest.MonkeyPatch) -> None:
         (b"user-%d" % rng.randrange(40), None if rng.random() < 0.05 else bytes(rng.randrange(150)))
         for _ in range(3000)
     ]
-    asyncio.run(both(2000, [rows, rows[:1000], rows], 1_000_000))
+    asyncio.run(both(2000, [(rows, None), (rows[:1000], 2), (rows, None)], 1_000_000))
     assert len(plans) > 2 * 3000 // 37 // 2  # the bulk copies, not the record-by-record path
 
 
-def test_a_keyed_column_without_its_partition_is_hashed_per_key() -> None:
+def test_the_partitions_batches_are_appended_in_turn() -> None:
+    async def run() -> list[int]:
+        app = appender(1000)
+        rows = [(b"user-%d" % (i % 97), b"v" * 90) for i in range(3000)]
+        column = ArrowValues(pa.array([v for _, v in rows]), pa.array([k for k, _ in rows]))
+        bulk = await send(app, column.keys, column, None, TS)
+        return [s.tp.partition for s in bulk._segments]
+
+    partitions = asyncio.run(run())
+    assert len(partitions) > 60  # ~ 3000 records of ~100 bytes in 1000-byte batches
+    # a batch of each partition, then of each again, ... (while each has records left)
+    count = {p: partitions.count(p) for p in range(6)}
+    turns = [p for turn in range(max(count.values())) for p in range(6) if count[p] > turn]
+    assert partitions == turns
+    assert min(count.values()) >= 5
+
+
+def test_other_partitioners_hash_key_by_key() -> None:
     async def run() -> None:
         rows = [(b"user-%d" % (i % 13), b"v%d" % i) for i in range(500)]
         keys = [k for k, _ in rows]
         values: list[bytes | None] = [v for _, v in rows]
-        plain, columnar = appender(16_384), appender(16_384)
-        await send(plain, keys, values, None, TS)
         column = ArrowValues(pa.array(values, pa.binary()), pa.array(keys))
-        await send(columnar, column.keys, column, None, TS)  # no partition: as lists
-        assert queued(plain) == queued(columnar)
+        for hasher in (murmur3_hasher(), KeyHasher(murmur2)):  # not marked Java-compatible
+            plain, columnar = appender(16_384), appender(16_384)
+            bulk = await send(plain, keys, values, None, TS, hasher)
+            column_bulk = await send(columnar, column.keys, column, None, TS, hasher)
+            assert queued(plain) == queued(columnar)
+            assert metadata(bulk, plain) == metadata(column_bulk, columnar)
         unkeyed, reference = appender(16_384), appender(16_384)
-        await send(unkeyed, None, column, 2, TS)  # without its keys: the values only
+        await send(unkeyed, None, column, 2, TS)  # a keyed column without its keys: values
         await send(reference, None, values, 2, TS)
         assert queued(unkeyed) == queued(reference)
 

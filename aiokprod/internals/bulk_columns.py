@@ -1,0 +1,305 @@
+"""``send_many()``'s runs, and the columns that encode their own records (protocol.encoded).
+
+A *run* is what one bulk append adds to one batch: :func:`open_run` appends its first
+record the one-record way (:meth:`RecordAppender.append`, then
+:meth:`RecordAppender.append_new_batch` when a new batch is needed: the partition choice,
+``buffer_memory``, the size limits, sticky accounting and wakeups stay written once,
+there); the caller adds the rest of the batch; :func:`close_run` accounts for it.
+
+Columns that encode themselves (:class:`~aiokprod.protocol.encoded.EncodableValues`, the
+Spark writer's Arrow columns) add the rest of each *fresh* batch by copying it from their
+plan (:meth:`~aiokprod.protocol.records.RecordBatchBuilder.append_encoded`, which checks
+that the batch is in the state the plan assumed), and the rest of a half-full batch record
+by record:
+
+- :func:`append_encodable`: unkeyed values (to a fixed partition or the sticky one), or a
+  keyed column sent to one partition;
+- :func:`append_keyed_columns`: keyed columns, one per partition, their batches appended in
+  turn (a batch of one partition, then one of the next, ...): the sender finds a batch
+  of every partition queued, and each Produce request carries one per partition, as with
+  records that arrive in no particular order.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING
+
+from aiokprod.internals.accumulator import batch_of_one_size
+from aiokprod.internals.batch import ProducerBatch
+from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.internals.metadata import TopicInfo
+from aiokprod.internals.partitioner import StickyPartitionState
+from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
+from aiokprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
+from aiokprod.types import TopicPartition
+
+if TYPE_CHECKING:
+    from aiokprod.internals.appender import RecordAppender
+
+
+async def open_run(
+    app: RecordAppender,
+    bulk: BulkDelivery,
+    topic: str,
+    tps: tuple[TopicPartition, ...],
+    partition: int | None,
+    timestamp_ms: int,
+    key: bytes | None,
+    value: bytes | None,
+    size: int,
+    header_bytes: bytes | None,
+    info: TopicInfo,
+    started_ms: int,
+    yield_at: int,
+) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
+    """A run's first record, the one-record way (sticky counts it there).
+
+    The partition (fixed, or the sticky one: unkeyed records only), then its open batch
+    or a new one. Returns the batch, the record's index in it, and the sticky state (None:
+    fixed).
+    """
+    if partition is not None:
+        p, sticky = partition, None
+    else:
+        p, sticky = app.partitions.choose(topic, None, len(tps), info.available)
+    tp = tps[p]
+    app.enlist(tp)
+    opened = app.append(tp, timestamp_ms, key, value, header_bytes, sticky, info)
+    if opened is None:
+        opened = await app.append_new_batch(
+            tp, timestamp_ms, key, value, header_bytes, sticky, info, started_ms, yield_at
+        )
+    batch, index = opened
+    bulk._add(batch.result, tp, index, -1 if key is None else len(key), size, timestamp_ms)
+    return batch, index, sticky
+
+
+def close_run(
+    app: RecordAppender,
+    bulk: BulkDelivery,
+    batch: ProducerBatch,
+    before: int,
+    start: int,
+    sticky: StickyPartitionState | None,
+    timestamp_ms: int,
+    info: TopicInfo,
+    keyed: bool = False,
+) -> int:
+    """Account for a run's bulk append; returns how many records it added.
+
+    ``before`` and ``start`` are the batch's bytes and records before it: the bulk
+    delivery counts what was added (``keyed``: their key sizes are in already), a full
+    batch wakes the sender, and sticky is fed the bytes.
+    """
+    builder = batch.builder
+    if builder is None:  # pragma: no cover - the caller appended to it
+        return 0
+    added = builder.record_count - start
+    if added:
+        bulk._extend_last(added, timestamp_ms, keyed)
+    if builder.full:
+        batch.is_full = True
+        app.wakeup()
+    if sticky is not None:
+        sticky.on_append(
+            builder.size_in_bytes - before,
+            batch.is_full,
+            info.num_partitions,
+            info.available,
+            app._clock.monotonic_ms(),
+        )
+    return added
+
+
+class _Column:
+    """One column on its way into batches: where it is, and its current plan."""
+
+    __slots__ = ("column", "first", "next", "partition", "plan", "total")
+
+    def __init__(self, column: EncodableValues, partition: int | None, first: int) -> None:
+        self.column = column
+        self.partition = partition
+        #: Where its records start in the input (keyed columns split by partition).
+        self.first = first
+        self.next = 0
+        self.total = len(column)
+        self.plan: EncodedBatches | None = None
+
+
+def check_sizes(app: RecordAppender, column: EncodableValues) -> int:
+    """Refuse a column holding a record too large; returns the most bytes of key and value.
+
+    (A null key or value counts 0.) Keyed records are all checked before any is queued.
+    """
+    largest = app.record_limit - batch_of_one_size(0, 0, 0)
+    keys = column.keys
+    if keys is not None:
+        j = column.first_larger_than(largest)
+        if j >= 0:
+            value = column.value(j)
+            key_size = len(keys.key(j))
+            raise app.too_large(batch_of_one_size(key_size, -1 if value is None else len(value), 0))
+    return largest
+
+
+async def append_encodable(
+    app: RecordAppender,
+    bulk: BulkDelivery,
+    topic: str,
+    column: EncodableValues,
+    partition: int | None,
+    timestamp_ms: int,
+    info: TopicInfo,
+    started_ms: int,
+) -> None:
+    """A column's records, run after run.
+
+    Unkeyed records go to ``partition`` or the sticky one, keyed ones (``column.keys``) to
+    ``partition``, in order.
+    """
+    if column.keys is not None and partition is None:
+        raise ValueError("a keyed column needs its partition")  # pragma: no cover - caller
+    largest = check_sizes(app, column)
+    tps = app.partitions_of(topic, info.num_partitions)
+    yield_at = app.yield_threshold(len(tps))
+    state = _Column(column, partition, 0)
+    while state.next < state.total:
+        await _run(app, bulk, topic, tps, state, timestamp_ms, info, started_ms, yield_at, largest)
+
+
+async def append_keyed_columns(
+    app: RecordAppender,
+    bulk: BulkDelivery,
+    topic: str,
+    columns: list[tuple[int, EncodableValues]],
+    order: array[int],
+    timestamp_ms: int,
+    info: TopicInfo,
+    started_ms: int,
+    largest: int,
+) -> None:
+    """Keyed columns, one per partition, a batch of each in turn (see the module docstring).
+
+    ``order`` holds the input position of each record of the columns, column after column
+    (the records were checked already: ``largest`` is :func:`check_sizes`'s answer).
+    """
+    tps = app.partitions_of(topic, info.num_partitions)
+    yield_at = app.yield_threshold(len(tps))
+    states: list[_Column] = []
+    first = 0
+    for partition, column in columns:
+        states.append(_Column(column, partition, first))
+        first += len(column)
+    bulk._order = appended = array("i")
+    while states:
+        for state in states:
+            start = state.next
+            await _run(
+                app, bulk, topic, tps, state, timestamp_ms, info, started_ms, yield_at, largest
+            )
+            appended.extend(order[state.first + start : state.first + state.next])
+        states = [state for state in states if state.next < state.total]
+
+
+async def _run(
+    app: RecordAppender,
+    bulk: BulkDelivery,
+    topic: str,
+    tps: tuple[TopicPartition, ...],
+    state: _Column,
+    timestamp_ms: int,
+    info: TopicInfo,
+    started_ms: int,
+    yield_at: int,
+    largest: int,
+) -> None:
+    """One run of a column: its next record the one-record way, then the rest of the batch.
+
+    If that record began a batch, the rest of the batch is copied from the column's plan
+    of fresh batches in one piece; otherwise (a half-full batch) it is taken record by
+    record.
+    """
+    column = state.column
+    keys = column.keys
+    i = state.next
+    value = column.value(i)
+    size = -1 if value is None else len(value)
+    key = None if keys is None else keys.key(i)
+    if (0 if key is None else len(key)) + (size if size > 0 else 0) > largest:
+        raise app.too_large(batch_of_one_size(-1 if key is None else len(key), size, 0))
+    batch, index, sticky = await open_run(
+        app,
+        bulk,
+        topic,
+        tps,
+        state.partition,
+        timestamp_ms,
+        key,
+        value,
+        size,
+        None,
+        info,
+        started_ms,
+        yield_at,
+    )
+    i = state.next = i + 1
+    builder = batch.builder
+    if builder is None or batch.is_full or i >= state.total:
+        return
+    batch_size = app._acc.batch_size
+    before = builder.size_in_bytes
+    start = builder.record_count
+    plan = state.plan
+    k = -1
+    if index == 0:  # a fresh batch: the plan's batch from this record fits it
+        k = plan.batch_at(i - 1) if plan is not None else -1
+        if k < 0 or plan is None:
+            plan = state.plan = column.encode_batches(i - 1, batch_size, largest)
+            k = plan.batch_at(i - 1)
+    if k >= 0 and plan is not None:
+        end = plan.firsts[k + 1]
+        if builder.append_encoded(
+            timestamp_ms,
+            plan.rest(k),
+            end - i,
+            1,
+            BATCH_HEADER_SIZE + plan.first_sizes[k],
+            batch_size,
+            plan.next_sizes[k],
+        ):
+            bulk._value_sizes.extend(plan.value_sizes(i, end))
+            if keys is not None:
+                bulk._key_sizes.extend(plan.key_sizes(i, end))
+    elif keys is not None:
+        _append_keyed_from(column, builder, i, timestamp_ms, batch_size, largest, bulk)
+    else:
+        builder.append_values(
+            timestamp_ms, column.values_from(i), batch_size, largest, bulk._value_sizes
+        )
+    keyed = keys is not None
+    state.next += close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info, keyed)
+
+
+def _append_keyed_from(
+    column: EncodableValues,
+    builder: RecordBatchBuilder,
+    index: int,
+    timestamp_ms: int,
+    batch_size: int,
+    largest: int,
+    bulk: BulkDelivery,
+) -> None:
+    """A keyed column's records from ``index`` into a half-full batch, one by one."""
+    room = batch_size - builder.size_in_bytes
+    keys, values = column.records_from(index, room, largest)
+    builder.append_keyed(
+        timestamp_ms,
+        keys,
+        values,
+        iter(range(len(keys))),
+        batch_size,
+        bulk._key_sizes,
+        bulk._value_sizes,
+        array("i"),  # the records stay in the column's order
+    )
