@@ -237,9 +237,9 @@ async def _append_keyed_column(
     split = column.split_by_murmur2(info.num_partitions)
     if split is None:
         return False
-    order, columns = split
+    order, ordered, runs = split
     await append_keyed_columns(
-        app, bulk, topic, columns, order, timestamp_ms, info, started_ms, largest
+        app, bulk, topic, ordered, runs, order, timestamp_ms, info, started_ms, largest
     )
     return True
 

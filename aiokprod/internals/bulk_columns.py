@@ -14,10 +14,12 @@ by record:
 
 - :func:`append_encodable`: unkeyed values (to a fixed partition or the sticky one), or a
   keyed column sent to one partition;
-- :func:`append_keyed_columns`: keyed columns, one per partition, their batches appended in
-  turn (a batch of one partition, then one of the next, ...): the sender finds a batch
-  of every partition queued, and each Produce request carries one per partition, as with
-  records that arrive in no particular order.
+- :func:`append_keyed_columns`: a keyed column ordered by partition, the partitions'
+  batches appended in turn (a batch of one partition, then one of the next, ...): the
+  sender finds a batch of every partition queued, and each Produce request carries one per
+  partition, as with records that arrive in no particular order. One plan covers every
+  partition (its batches end where a partition's records do); a partition whose records
+  went elsewhere than planned (its half-full batch) gets a plan of its own.
 """
 
 from __future__ import annotations
@@ -113,17 +115,21 @@ def close_run(
 
 
 class _Column:
-    """One column on its way into batches: where it is, and its current plan."""
+    """Records ``start`` to ``stop - 1`` of a column on their way into batches.
 
-    __slots__ = ("column", "first", "next", "partition", "plan", "total")
+    ``next`` is the next record to append; ``plan`` the plan its batches come from (shared
+    by all partitions of a column until one of them needs its own).
+    """
 
-    def __init__(self, column: EncodableValues, partition: int | None, first: int) -> None:
+    __slots__ = ("column", "next", "partition", "plan", "stop")
+
+    def __init__(
+        self, column: EncodableValues, partition: int | None, start: int, stop: int
+    ) -> None:
         self.column = column
         self.partition = partition
-        #: Where its records start in the input (keyed columns split by partition).
-        self.first = first
-        self.next = 0
-        self.total = len(column)
+        self.next = start
+        self.stop = stop
         self.plan: EncodedBatches | None = None
 
 
@@ -163,8 +169,8 @@ async def append_encodable(
     largest = check_sizes(app, column)
     tps = app.partitions_of(topic, info.num_partitions)
     yield_at = app.yield_threshold(len(tps))
-    state = _Column(column, partition, 0)
-    while state.next < state.total:
+    state = _Column(column, partition, 0, len(column))
+    while state.next < state.stop:
         await _run(app, bulk, topic, tps, state, timestamp_ms, info, started_ms, yield_at, largest)
 
 
@@ -172,34 +178,38 @@ async def append_keyed_columns(
     app: RecordAppender,
     bulk: BulkDelivery,
     topic: str,
-    columns: list[tuple[int, EncodableValues]],
+    column: EncodableValues,
+    runs: list[tuple[int, int, int]],
     order: array[int],
     timestamp_ms: int,
     info: TopicInfo,
     started_ms: int,
     largest: int,
 ) -> None:
-    """Keyed columns, one per partition, a batch of each in turn (see the module docstring).
+    """A keyed column ordered by partition, a batch of each partition in turn.
 
-    ``order`` holds the input position of each record of the columns, column after column
-    (the records were checked already: ``largest`` is :func:`check_sizes`'s answer).
+    ``runs`` holds ``(partition, start, stop)`` of each partition's records in ``column``,
+    ``order`` the input position of each record (see the module docstring; the records
+    were checked already: ``largest`` is :func:`check_sizes`'s answer).
     """
     tps = app.partitions_of(topic, info.num_partitions)
     yield_at = app.yield_threshold(len(tps))
-    states: list[_Column] = []
-    first = 0
-    for partition, column in columns:
-        states.append(_Column(column, partition, first))
-        first += len(column)
+    states = [_Column(column, partition, start, stop) for partition, start, stop in runs]
     bulk._order = appended = array("i")
+    shared = False
     while states:
         for state in states:
             start = state.next
             await _run(
                 app, bulk, topic, tps, state, timestamp_ms, info, started_ms, yield_at, largest
             )
-            appended.extend(order[state.first + start : state.first + state.next])
-        states = [state for state in states if state.next < state.total]
+            appended.extend(order[start : state.next])
+            if not shared and state.plan is not None:  # the first plan covers all of them
+                shared = True
+                for other in states:
+                    if other.plan is None:
+                        other.plan = state.plan
+        states = [state for state in states if state.next < state.stop]
 
 
 async def _run(
@@ -245,7 +255,7 @@ async def _run(
     )
     i = state.next = i + 1
     builder = batch.builder
-    if builder is None or batch.is_full or i >= state.total:
+    if builder is None or batch.is_full or i >= state.stop:
         return
     batch_size = app._acc.batch_size
     before = builder.size_in_bytes
@@ -255,7 +265,9 @@ async def _run(
     if index == 0:  # a fresh batch: the plan's batch from this record fits it
         k = plan.batch_at(i - 1) if plan is not None else -1
         if k < 0 or plan is None:
-            plan = state.plan = column.encode_batches(i - 1, batch_size, largest)
+            # A first plan covers the other partitions too; a later one only this one's.
+            stop = -1 if plan is None else state.stop
+            plan = state.plan = column.encode_batches(i - 1, batch_size, largest, stop)
             k = plan.batch_at(i - 1)
     if k >= 0 and plan is not None:
         end = plan.firsts[k + 1]
@@ -272,7 +284,7 @@ async def _run(
             if keys is not None:
                 bulk._key_sizes.extend(plan.key_sizes(i, end))
     elif keys is not None:
-        _append_keyed_from(column, builder, i, timestamp_ms, batch_size, largest, bulk)
+        _append_keyed_from(column, builder, i, state.stop, timestamp_ms, batch_size, largest, bulk)
     else:
         builder.append_values(
             timestamp_ms, column.values_from(i), batch_size, largest, bulk._value_sizes
@@ -285,14 +297,15 @@ def _append_keyed_from(
     column: EncodableValues,
     builder: RecordBatchBuilder,
     index: int,
+    stop: int,
     timestamp_ms: int,
     batch_size: int,
     largest: int,
     bulk: BulkDelivery,
 ) -> None:
-    """A keyed column's records from ``index`` into a half-full batch, one by one."""
+    """A keyed column's records from ``index`` (up to ``stop``) into a half-full batch."""
     room = batch_size - builder.size_in_bytes
-    keys, values = column.records_from(index, room, largest)
+    keys, values = column.records_from(index, stop, room, largest)
     builder.append_keyed(
         timestamp_ms,
         keys,

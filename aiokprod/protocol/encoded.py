@@ -146,14 +146,16 @@ class EncodableValues:
 
     def split_by_murmur2(
         self, num_partitions: int
-    ) -> tuple[array[int], list[tuple[int, EncodableValues]]] | None:
-        """A keyed column split by the partition the Java client gives each key.
+    ) -> tuple[array[int], EncodableValues, list[tuple[int, int, int]]] | None:
+        """A keyed column ordered by the partition the Java client gives each key.
 
         That is ``toPositive(murmur2(key)) % num_partitions``, bit for bit
         (:func:`aiokprod.internals.partitioner.murmur2`), computed in bulk. Returns the input
-        position of each record in the order of the split, and one keyed column per
-        partition that has records (ascending), holding them in input order; None when the
-        column cannot (the keys are then hashed one by one).
+        position of each record in the new order; a keyed column of the records in that
+        order, whose plans never put records of two partitions in one batch; and
+        ``(partition, start, stop)`` for each partition that has records (ascending), its
+        records in input order. None when the column cannot (the keys are then hashed one
+        by one).
         """
         return None
 
@@ -168,9 +170,9 @@ class EncodableValues:
         return -1
 
     def records_from(
-        self, index: int, room: int, max_value_size: int
+        self, index: int, stop: int, room: int, max_value_size: int
     ) -> tuple[list[bytes], list[bytes | None]]:
-        """Keys and values of a keyed column's records from ``index`` on, as lists.
+        """Keys and values of a keyed column's records ``index`` to ``stop - 1``, as lists.
 
         At least the records that can fit in ``room`` more bytes of a batch and one more
         (so that the builder finds the batch full), none from the first whose key and value
@@ -182,7 +184,7 @@ class EncodableValues:
         out_keys: list[bytes] = []
         out_values: list[bytes | None] = []
         used = 0
-        for i in range(index, len(self)):
+        for i in range(index, stop):
             key, value = keys.key(i), self.value(i)
             size = len(key) + (len(value) if value is not None else 0)
             if size > max_value_size or used > room:
@@ -192,13 +194,15 @@ class EncodableValues:
             used += size + 7  # a record takes at least 7 bytes besides its key and value
         return out_keys, out_values
 
-    def encode_batches(self, start: int, size_limit: int, max_value_size: int) -> EncodedBatches:
+    def encode_batches(
+        self, start: int, size_limit: int, max_value_size: int, stop: int = -1
+    ) -> EncodedBatches:
         """Plan fresh batches of up to ``size_limit`` bytes from record ``start`` on.
 
         Records without headers (keyed when the column has :attr:`keys`), offset deltas
-        from 0 in each batch, timestamp delta 0. The plan ends before any record whose
-        value (and key) take more than ``max_value_size`` bytes (its record is the next
-        batch's first, and the append path refuses it), and, unless it reaches the last
-        record, after a batch that filled up.
+        from 0 in each batch, timestamp delta 0, up to record ``stop`` (-1: the last). The
+        plan ends before any record whose value (and key) take more than
+        ``max_value_size`` bytes (its record is the next batch's first, and the append
+        path refuses it), and, unless it reaches ``stop``, after a batch that filled up.
         """
         raise NotImplementedError

@@ -14,9 +14,9 @@ for the whole column at once, with numpy:
    ``BuiltInPartitioner.partitionForKey``;
 3. :func:`split_by_partition` orders the rows by partition (a stable sort: each
    partition's rows keep their order, as every Kafka client keeps them) with one ``take``
-   of the key and value columns, and hands each partition's rows as one keyed
-   :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append path
-   encodes batch by batch straight from the buffers.
+   of the key and value columns: one keyed :class:`~aiokprod.spark.encoder.ArrowValues`
+   column whose planned batches end where a partition's rows end, which the producer's
+   append path encodes straight from the buffers, a batch of each partition in turn.
 
 The producer asks for the split (:meth:`ArrowValues.split_by_murmur2
 <aiokprod.spark.encoder.ArrowValues.split_by_murmur2>`) only when its partitioner hashes
@@ -91,28 +91,29 @@ def partitions(keys: pa.Array, num_partitions: int) -> Any:
 
 def split_by_partition(
     values: pa.Array, keys: pa.Array, num_partitions: int
-) -> tuple[array[int], list[tuple[int, ArrowValues]]]:
-    """The rows as one keyed column per partition (ascending), and their input positions.
+) -> tuple[array[int], ArrowValues, list[tuple[int, int, int]]]:
+    """The rows ordered by partition: their input positions, the column, the partitions.
 
     ``values`` and ``keys`` are binary (or large_binary) arrays of the same length, the
-    keys without nulls. Each partition's rows keep their order; the positions are those of
-    the rows in the columns, column after column.
+    keys without nulls. The rows of each partition keep their order; the column holds the
+    rows of one partition after another, ``(partition, start, stop)`` for each partition
+    that has rows (ascending), and breaks its planned batches there.
     """
     of_row = partitions(keys, num_partitions)
     counts = np.bincount(of_row, minlength=num_partitions)
     present = np.flatnonzero(counts).tolist()
     if len(present) == 1:
-        return array("i", range(len(keys))), [(present[0], ArrowValues(values, keys))]
+        n = len(keys)
+        return array("i", range(n)), ArrowValues(values, keys), [(present[0], 0, n)]
     # A stable sort on small ints (numpy's radix sort for 16-bit ones)
     small = of_row.astype(np.int16) if num_partitions <= 1 << 15 else of_row
     order = np.argsort(small, kind="stable")
     indices = pa.array(order)
-    values = values.take(indices)
-    keys = keys.take(indices)
-    out: list[tuple[int, ArrowValues]] = []
+    runs: list[tuple[int, int, int]] = []
     at = 0
     for p in present:
         count = int(counts[p])
-        out.append((p, ArrowValues(values.slice(at, count), keys.slice(at, count))))
+        runs.append((p, at, at + count))
         at += count
-    return array("i", order.astype(np.int32).tobytes()), out
+    column = ArrowValues(values.take(indices), keys.take(indices), [s for _, s, _ in runs[1:]])
+    return array("i", order.astype(np.int32).tobytes()), column, runs

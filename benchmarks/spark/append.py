@@ -60,13 +60,21 @@ def arrow_batches(
     return batches
 
 
-def drain(producer: Producer) -> None:
-    """What the sender does to each batch before writing it, then its completion."""
+def drain(producer: Producer, full_only: bool = False) -> None:
+    """What the sender does to each batch before writing it, then its completion.
+
+    Every queued batch, or with ``full_only`` the full ones: the others stay open for the
+    next call to fill, as when the next Spark batch comes within ``linger_ms``.
+    """
     acc = producer._acc
     snapshot = producer._metadata.snapshot
     acc.begin_flush()
+    can_drain = (lambda batch: batch.is_full) if full_only else None
     while acc.has_undrained():
-        for batches in acc.drain(snapshot, {1}, 1 << 20, 0).values():
+        drained = acc.drain(snapshot, {1}, 1 << 20, 0, can_drain)
+        if not drained:
+            break
+        for batches in drained.values():
             for batch in batches:
                 batch.stamp(1, 0, 0)
                 batch.complete(0, -1)
@@ -74,7 +82,9 @@ def drain(producer: Producer) -> None:
     acc.end_flush()
 
 
-async def run(batches: list[Any], mode: str, batch_size: int, rounds: int) -> float:
+async def run(
+    batches: list[Any], mode: str, batch_size: int, rounds: int, full_only: bool = False
+) -> float:
     producer = Producer("127.0.0.1:1", buffer_memory=1 << 31, linger_ms=5, batch_size=batch_size)
     producer._state = ProducerState.RUNNING
     producer._path.thread_id = _thread.get_ident()
@@ -89,13 +99,15 @@ async def run(batches: list[Any], mode: str, batch_size: int, rounds: int) -> fl
         for batch in batches:
             if mode == "task":  # what a Spark task does with the batch (send_arrow.py)
                 await send_batch(producer, "t", batch, tally)
-                drain(producer)
+                drain(producer, full_only)
                 tally.collect()
                 continue
             column = batch.column(0)
             values: Any = ArrowValues(column) if mode == "arrow" else column.to_pylist()
             await producer.send_many("t", values)
-            drain(producer)
+            drain(producer, full_only)
+        drain(producer)
+        tally.collect()
         if tally.first_error is not None or tally.delivered != (rows if mode == "task" else 0):
             raise SystemExit(f"not all delivered: {tally.result(0, 0)}")
         best = min(best, (time.process_time() - started) / rows * 1e9)
@@ -116,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         "--keys", choices=KEYS, default="none", help="a key column (--mode task): see KEYS"
     )
     parser.add_argument("--batch-size", type=int, default=16_384)
+    parser.add_argument(
+        "--drain",
+        choices=("all", "full"),
+        default="all",
+        help="after each Spark batch, drain every batch, or only the full ones (the others "
+        "are filled by the next Spark batch, as within linger_ms)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--window", type=int, default=0, help="records per plan (encoder)")
     args = parser.parse_args(argv)
@@ -125,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.keys != "none" and args.mode != "task":
         parser.error("--keys needs --mode task")
     batches = arrow_batches(rows, args.size, keys=args.keys)
-    ns = asyncio.run(run(batches, args.mode, args.batch_size, args.rounds))
+    ns = asyncio.run(run(batches, args.mode, args.batch_size, args.rounds, args.drain == "full"))
     build = len(aiokprod.compiled.compiled_modules())
     print(
-        f"{args.mode} {args.size} B, keys {args.keys}, batch_size {args.batch_size}: "
+        f"{args.mode} {args.size} B, keys {args.keys}, batch_size {args.batch_size}, "
+        f"drain {args.drain}: "
         f"{ns:,.0f} ns per record "
         f"(CPU, best of {args.rounds}; {'compiled' if build else 'pure'} build)"
     )

@@ -19,6 +19,7 @@ Each claim is checked against the per-record code it replaces:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from typing import Any
 
@@ -98,20 +99,26 @@ def test_split_keeps_each_partitions_rows_in_order() -> None:
     hasher = murmur2_hasher()
     split = ArrowValues(pa.array(values), pa.array(keys)).split_by_murmur2(6)
     assert split is not None
-    order, columns = split
-    assert [p for p, _ in columns] == sorted({hasher.partition(k, 6) for k in keys})
-    in_order = []
-    for p, column in columns:
+    order, column, runs = split
+    assert column.keys is not None
+    assert [p for p, _, _ in runs] == sorted({hasher.partition(k, 6) for k in keys})
+    assert [start for _, start, _ in runs] == [0] + [stop for _, _, stop in runs[:-1]]
+    assert runs[-1][2] == len(column) == len(keys)
+    rows = list(zip(column.keys, column, strict=True))
+    assert [(keys[i], values[i]) for i in order] == rows
+    for p, start, stop in runs:
         expected = [
             (k, v) for k, v in zip(keys, values, strict=True) if hasher.partition(k, 6) == p
         ]
-        assert column.keys is not None
-        assert list(zip(column.keys, column, strict=True)) == expected
-        in_order += expected
-    assert [(keys[i], values[i]) for i in order] == in_order
+        assert rows[start:stop] == expected
+    # its plans end a batch where a partition's records end
+    plan = column.encode_batches(0, 1 << 20, 10**9)
+    assert plan.firsts == [start for _, start, _ in runs] + [len(keys)]
+    assert plan.next_sizes == [-1] * len(runs)
     one = keyed.split_by_partition(pa.array(values[:3]), pa.array([b"same"] * 3), 6)
     assert list(one[0]) == [0, 1, 2]
-    assert [(p, list(c)) for p, c in one[1]] == [(hasher.partition(b"same", 6), values[:3])]
+    assert list(one[1]) == values[:3]
+    assert one[2] == [(hasher.partition(b"same", 6), 0, 3)]
     assert ArrowValues(pa.array(values)).split_by_murmur2(6) is None  # unkeyed
 
 
@@ -185,6 +192,36 @@ def test_keyed_plans_are_what_the_builder_writes(
     assert plan.firsts[-1] == len(values)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(st.tuples(keys_st, values_st), min_size=2, max_size=200),
+    limit=st.integers(min_value=70, max_value=20_000),
+    data=st.data(),
+)
+def test_plans_end_batches_at_the_breaks(
+    records: list[tuple[bytes, bytes | None]], limit: int, data: st.DataObject
+) -> None:
+    keys = [k for k, _ in records]
+    values = [v for _, v in records]
+    n = len(records)
+    breaks = sorted(set(data.draw(st.lists(st.integers(min_value=1, max_value=n - 1)))))
+    start = data.draw(st.integers(min_value=0, max_value=n - 1))
+    column = ArrowValues(pa.array(values, pa.binary()), pa.array(keys), breaks)
+    plan = column.encode_batches(start, limit, 10**9)
+    bounds = [start, *(b for b in breaks if b > start), n]
+    expected = []  # each partition's records from fresh batches, as try_append fills them
+    for a, b in itertools.pairwise(bounds):
+        for first, data_, full in reference_batches(keys[:b], values[:b], a, limit):
+            expected.append((first, data_, full, b))
+    assert plan.firsts == [first for first, _, _, _ in expected] + [n]
+    for k, (_, data_, full, segment_end) in enumerate(expected):
+        assert bytes(plan.data[plan.positions[k] : plan.positions[k + 1]]) == data_
+        last = plan.firsts[k + 1] == segment_end
+        assert (plan.next_sizes[k] == -1) == last  # nothing follows in its partition
+        if not last:
+            assert full
+
+
 @pytest.mark.parametrize(
     ("key_size", "size", "count", "limit"),
     [
@@ -218,12 +255,13 @@ def test_keyed_column_records() -> None:
     assert [column.keys.key(i) for i in range(4)] == list(column.keys)
     assert column.first_larger_than(3) == 1
     assert column.first_larger_than(6) == -1
-    assert column.records_from(1, 0, 100) == ([b"ccc"], [b"333"])  # the one that may not fit
-    assert column.records_from(0, 10_000, 100) == (
+    assert column.records_from(1, 4, 0, 100) == ([b"ccc"], [b"333"])  # the one that may not fit
+    assert column.records_from(1, 2, 10_000, 100) == ([b"ccc"], [b"333"])  # up to its stop
+    assert column.records_from(0, 4, 10_000, 100) == (
         [b"bb", b"ccc", b"", b"e"],
         [None, b"333", b"", b"5"],
     )
-    assert column.records_from(0, 10_000, 5) == ([b"bb"], [None])  # stops before b"ccc"
+    assert column.records_from(0, 4, 10_000, 5) == ([b"bb"], [None])  # stops before b"ccc"
     with pytest.raises(ValueError, match="null key"):
         ArrowValues(values, pa.array([b"a", None, b"c", b"d"]))
     with pytest.raises(ValueError, match="3 keys for 4 values"):
@@ -393,9 +431,9 @@ def test_long_keyed_runs_many_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     plans = []
     encode = ArrowValues.encode_batches
 
-    def counted(self: Any, start: int, size_limit: int, max_value_size: int) -> Any:
+    def counted(self: Any, start: int, size_limit: int, max_value_size: int, stop: int = -1) -> Any:
         plans.append(start)
-        return encode(self, start, size_limit, max_value_size)
+        return encode(self, start, size_limit, max_value_size, stop)
 
     monkeypatch.setattr(ArrowValues, "encode_batches", counted)
     rng = random.Random(5)

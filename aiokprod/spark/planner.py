@@ -1,0 +1,121 @@
+"""Where the batches of a run of encoded records begin and end (for spark/encoder.py).
+
+A record's size is known up to the length of its offset delta's varint (1 byte for deltas
+below 64, 2 below 8,192, ...), so the batch boundaries follow from prefix sums of the sizes
+per delta class, one or two ``searchsorted`` per batch, by the rule
+:meth:`~aiokprod.protocol.records.RecordBatchBuilder.try_append` applies: a record fits if
+the batch stays within ``batch_size``; the first one always fits. A batch also ends at a
+*break* (where a keyed column's next partition begins): its records never share a batch
+with the records before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from aiokprod.protocol.records import BATCH_HEADER_SIZE
+
+__all__ = ["Planner", "varint_len"]
+
+#: Offset delta d takes a varint of zigzag(d) = 2d: one byte below 64, two below 8,192, ...
+DELTA_CLASSES: Final = ((1, 64), (64, 1 << 13), (1 << 13, 1 << 20), (1 << 20, 1 << 27))
+
+
+def varint_len(zigzagged: Any) -> Any:
+    """Bytes of the varint of each (non-negative) value."""
+    z = np.asarray(zigzagged)
+    return (
+        1
+        + (z >= 1 << 7).astype(np.int64)
+        + (z >= 1 << 14)
+        + (z >= 1 << 21)
+        + (z >= 1 << 28)
+        + (z >= 1 << 35)
+    )
+
+
+def _width(delta: int) -> int:
+    """Bytes of the varint of offset delta ``delta``."""
+    return next(w for w, (_, high) in enumerate(DELTA_CLASSES, 1) if delta < high)
+
+
+class Planner:
+    """Batch boundaries of records whose sizes depend on their offset delta's class.
+
+    Args:
+        base: each record's size without its offset delta and length varints.
+        size_limit: the batch's byte budget (``batch_size``).
+        breaks: indexes (ascending, within ``base``) where a batch must begin.
+    """
+
+    def __init__(self, base: Any, size_limit: int, breaks: list[int] | None = None) -> None:
+        self._base = base
+        self._limit = size_limit
+        self._m = len(base)
+        self._breaks = breaks or []
+        #: Per delta class (the offset delta varint's length): prefix sums of record sizes.
+        self._sums: dict[int, Any] = {}
+
+    def sums(self, width: int) -> Any:
+        """Prefix sums (numpy, from 0) of the record sizes when the offset delta takes ``width``."""
+        sums = self._sums.get(width)
+        if sums is None:
+            body = self._base + width
+            sums = self._sums[width] = np.zeros(self._m + 1, np.int64)
+            np.cumsum(varint_len(body * 2) + body, out=sums[1:])
+        return sums
+
+    def sizes(self, width: int, indexes: list[int]) -> list[int]:
+        """The sizes of the records at ``indexes`` when the offset delta takes ``width``."""
+        sums = self.sums(width)
+        at = np.asarray(indexes, np.int64)
+        return (sums[at + 1] - sums[at]).tolist()  # type: ignore[no-any-return]
+
+    def plan(self, window_cut: bool) -> tuple[list[int], list[int]]:
+        """``firsts`` (with the end as the last entry) and each batch's ``next_size``.
+
+        ``next_size`` is -1 for a batch followed by a break or the end (nothing follows it
+        in its batch's partition); with ``window_cut`` the last batch, which the window may
+        have cut short, is left to the next plan.
+        """
+        m = self._m
+        limit = self._limit
+        firsts: list[int] = []
+        next_sizes: list[int] = []
+        ends = iter([*self._breaks, m])
+        segment_end = 0
+        first_sums = self.sums(1)
+        s = 0
+        while s < m:
+            while segment_end <= s:
+                segment_end = next(ends)
+            used = BATCH_HEADER_SIZE + int(first_sums[s + 1] - first_sums[s])  # always fits
+            end = s + 1
+            if used < limit:
+                for width, (low, high) in enumerate(DELTA_CLASSES, start=1):
+                    lo = s + low
+                    if end != lo or lo >= segment_end:
+                        break
+                    hi = min(s + high, segment_end)
+                    sums = self.sums(width)
+                    # the most records from lo on that keep the batch within the limit
+                    window = sums[lo : hi + 1]
+                    end = lo + int(np.searchsorted(window, limit - used + window[0], "right")) - 1
+                    used += int(sums[end] - window[0])
+                    if end < hi:
+                        break
+            if end < segment_end:  # the record that did not fit: its size in this batch
+                sums = self.sums(_width(end - s))
+                next_sizes.append(int(sums[end + 1] - sums[end]))
+            else:
+                next_sizes.append(-1)
+            firsts.append(s)
+            s = end
+        if window_cut and len(firsts) > 1 and next_sizes[-1] < 0:
+            # The window cut the last batch short: the next plan starts at its first record.
+            s = firsts.pop()
+            next_sizes.pop()
+        firsts.append(s)
+        return firsts, next_sizes
