@@ -7,10 +7,10 @@ record the one-record way (:meth:`RecordAppender.append`, then
 there); the caller adds the rest of the batch; :func:`close_run` accounts for it.
 
 Columns that encode themselves (:class:`~aiokprod.protocol.encoded.EncodableValues`, the
-Spark writer's Arrow columns) add the rest of each *fresh* batch by copying it from their
-plan (:meth:`~aiokprod.protocol.records.RecordBatchBuilder.append_encoded`, which checks
-that the batch is in the state the plan assumed), and the rest of a half-full batch record
-by record:
+Spark writer's Arrow columns) add the rest of each batch by copying it from their plan
+(:meth:`~aiokprod.protocol.records.RecordBatchBuilder.append_encoded`, which checks that
+the batch is in the state the plan assumed): of a fresh batch from the plan they have, of
+a half-full one from a plan made for it (its records, bytes and base timestamp):
 
 - :func:`append_encodable`: unkeyed values (to a fixed partition or the sticky one), or a
   keyed column sent to one partition;
@@ -18,14 +18,15 @@ by record:
   batches appended in turn (a batch of one partition, then one of the next, ...): the
   sender finds a batch of every partition queued, and each Produce request carries one per
   partition, as with records that arrive in no particular order. One plan covers every
-  partition (its batches end where a partition's records do); a partition whose records
-  went elsewhere than planned (its half-full batch) gets a plan of its own.
+  partition (its batches end where a partition's records do), the partitions' open
+  batches included: their rest is appended first, with no await in between; a partition
+  whose records went elsewhere than planned gets a plan of its own.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiokprod.internals.accumulator import batch_of_one_size
 from aiokprod.internals.batch import ProducerBatch
@@ -33,11 +34,14 @@ from aiokprod.internals.bulk import BulkDelivery
 from aiokprod.internals.metadata import TopicInfo
 from aiokprod.internals.partitioner import StickyPartitionState
 from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
+from aiokprod.protocol.records import BATCH_HEADER_SIZE
 from aiokprod.types import TopicPartition
 
 if TYPE_CHECKING:
     from aiokprod.internals.appender import RecordAppender
+
+#: The key size of an unkeyed record (-1), repeated by ``*`` for a run of them.
+_NO_KEYS: Final = array("i", (-1,))
 
 
 async def open_run(
@@ -196,7 +200,30 @@ async def append_keyed_columns(
     yield_at = app.yield_threshold(len(tps))
     states = [_Column(column, partition, start, stop) for partition, start, stop in runs]
     bulk._order = appended = array("i")
-    shared = False
+    # One plan for all, continuing the partitions' open batches: their rest first.
+    acc = app._acc
+    batch_size = acc.batch_size
+    open_batches = {
+        s.next: acc.open_batch(tps[p]) for s in states if (p := s.partition) is not None
+    }
+    opens = {
+        index: (builder.record_count, builder.size_in_bytes, timestamp_ms - builder.base_timestamp)
+        for index, batch in open_batches.items()
+        if batch is not None and (builder := batch.builder) is not None
+    }
+    plan = column.encode_batches(states[0].next, batch_size, largest, -1, opens)
+    for state in states:
+        state.plan = plan
+        batch = open_batches.get(state.next)
+        k = plan.continuation_at(state.next)
+        if batch is None or k < 0 or state.partition is None:
+            continue
+        app.enlist(tps[state.partition])
+        start = state.next
+        if _append_planned(app, bulk, batch, plan, k, timestamp_ms, True):
+            state.next = plan.firsts[k + 1]
+            appended.extend(order[start : state.next])
+    states = [state for state in states if state.next < state.stop]
     while states:
         for state in states:
             start = state.next
@@ -204,11 +231,6 @@ async def append_keyed_columns(
                 app, bulk, topic, tps, state, timestamp_ms, info, started_ms, yield_at, largest
             )
             appended.extend(order[start : state.next])
-            if not shared and state.plan is not None:  # the first plan covers all of them
-                shared = True
-                for other in states:
-                    if other.plan is None:
-                        other.plan = state.plan
         states = [state for state in states if state.next < state.stop]
 
 
@@ -226,9 +248,8 @@ async def _run(
 ) -> None:
     """One run of a column: its next record the one-record way, then the rest of the batch.
 
-    If that record began a batch, the rest of the batch is copied from the column's plan
-    of fresh batches in one piece; otherwise (a half-full batch) it is taken record by
-    record.
+    The rest of the batch is copied from a plan in one piece: the plan's batch from that
+    record if it began a batch, or a plan that continues the half-full batch it went into.
     """
     column = state.column
     keys = column.keys
@@ -259,9 +280,7 @@ async def _run(
         return
     batch_size = app._acc.batch_size
     before = builder.size_in_bytes
-    start = builder.record_count
     plan = state.plan
-    k = -1
     if index == 0:  # a fresh batch: the plan's batch from this record fits it
         k = plan.batch_at(i - 1) if plan is not None else -1
         if k < 0 or plan is None:
@@ -269,50 +288,74 @@ async def _run(
             stop = -1 if plan is None else state.stop
             plan = state.plan = column.encode_batches(i - 1, batch_size, largest, stop)
             k = plan.batch_at(i - 1)
-    if k >= 0 and plan is not None:
-        end = plan.firsts[k + 1]
-        if builder.append_encoded(
-            timestamp_ms,
-            plan.rest(k),
-            end - i,
-            1,
-            BATCH_HEADER_SIZE + plan.first_sizes[k],
-            batch_size,
-            plan.next_sizes[k],
-        ):
-            bulk._value_sizes.extend(plan.value_sizes(i, end))
-            if keys is not None:
-                bulk._key_sizes.extend(plan.key_sizes(i, end))
-    elif keys is not None:
-        _append_keyed_from(column, builder, i, state.stop, timestamp_ms, batch_size, largest, bulk)
-    else:
-        builder.append_values(
-            timestamp_ms, column.values_from(i), batch_size, largest, bulk._value_sizes
+    else:  # a half-full batch: a plan that continues it (and the fresh ones after it)
+        k = plan.continuation_at(i) if plan is not None else -1
+        if k < 0 or plan is None:
+            stop = -1 if plan is None else state.stop
+            delta = timestamp_ms - builder.base_timestamp
+            opens = {i: (builder.record_count, builder.size_in_bytes, delta)}
+            plan = state.plan = column.encode_batches(i, batch_size, largest, stop, opens)
+            k = plan.continuation_at(i)
+    if k >= 0 and _append_planned(app, bulk, batch, plan, k, timestamp_ms, keys is not None):
+        state.next = plan.firsts[k + 1]
+    if sticky is not None:
+        sticky.on_append(
+            builder.size_in_bytes - before,
+            batch.is_full,
+            info.num_partitions,
+            info.available,
+            app._clock.monotonic_ms(),
         )
-    keyed = keys is not None
-    state.next += close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info, keyed)
 
 
-def _append_keyed_from(
-    column: EncodableValues,
-    builder: RecordBatchBuilder,
-    index: int,
-    stop: int,
-    timestamp_ms: int,
-    batch_size: int,
-    largest: int,
+def _append_planned(
+    app: RecordAppender,
     bulk: BulkDelivery,
-) -> None:
-    """A keyed column's records from ``index`` (up to ``stop``) into a half-full batch."""
-    room = batch_size - builder.size_in_bytes
-    keys, values = column.records_from(index, stop, room, largest)
-    builder.append_keyed(
+    batch: ProducerBatch,
+    plan: EncodedBatches,
+    k: int,
+    timestamp_ms: int,
+    keyed: bool,
+) -> bool:
+    """Planned batch ``k`` into ``batch``: a fresh batch's rest, or what continues it.
+
+    The builder checks that the batch is in the state the plan assumed (its first record
+    alone, or the records, bytes and base timestamp of the open batch the plan continues);
+    if so the bulk delivery counts the records and a full batch wakes the sender. Returns
+    whether the records were appended.
+    """
+    builder = batch.builder
+    if builder is None:  # pragma: no cover - an open batch has its builder
+        return False
+    opened = plan.opened(k)
+    first = plan.firsts[k]
+    end = plan.firsts[k + 1]
+    if opened is None:  # fresh: the first record is in the batch already
+        start = first + 1
+        expect_count, expect_size, timestamp_delta = 1, BATCH_HEADER_SIZE + plan.first_sizes[k], 0
+    else:
+        start = first
+        expect_count, expect_size, timestamp_delta = opened
+    count = end - start
+    if not builder.append_encoded(
         timestamp_ms,
-        keys,
-        values,
-        iter(range(len(keys))),
-        batch_size,
-        bulk._key_sizes,
-        bulk._value_sizes,
-        array("i"),  # the records stay in the column's order
-    )
+        plan.rest(k),
+        count,
+        expect_count,
+        expect_size,
+        app._acc.batch_size,
+        plan.next_sizes[k],
+        timestamp_delta,
+    ):
+        return False
+    if count:
+        bulk._value_sizes.extend(plan.value_sizes(start, end))
+        if keyed:
+            bulk._key_sizes.extend(plan.key_sizes(start, end))
+        bulk._add_run(batch.result, batch.tp, expect_count, count, timestamp_ms)
+        if not keyed:
+            bulk._key_sizes += _NO_KEYS * count
+    if builder.full:
+        batch.is_full = True
+        app.wakeup()
+    return True

@@ -38,10 +38,17 @@ class EncodedBatches:
     after the batch would take in it (it did not fit), -1 when the plan ends there without
     the batch being full. ``value_sizes`` holds each record's value size (-1: null), from
     ``firsts[0]`` on, and ``key_sizes`` each key's size when the records are keyed.
+
+    The batches in ``continued`` (``k -> (records, bytes, timestamp_delta)``) are not
+    fresh: they continue a batch that was open when the plan was made
+    (``encode_batches``'s ``opens``), their first record included (``first_sizes[k]`` is
+    0), and may hold no record at all (the next did not fit).
     """
 
     __slots__ = (
         "_by_first",
+        "_continued",
+        "_continued_at",
         "_key_sizes",
         "_owner",
         "_value_sizes",
@@ -62,6 +69,7 @@ class EncodedBatches:
         value_sizes: array[int],
         owner: object = None,
         key_sizes: array[int] | None = None,
+        continued: dict[int, tuple[int, int, int]] | None = None,
     ) -> None:
         if not len(firsts) == len(positions) == len(first_sizes) + 1 == len(next_sizes) + 1:
             raise ValueError("planned batches: firsts/positions need one entry more than sizes")
@@ -73,11 +81,21 @@ class EncodedBatches:
         self._value_sizes = value_sizes
         self._key_sizes = key_sizes
         self._owner = owner  # keeps the buffer behind ``data`` alive
-        self._by_first = {first: k for k, first in enumerate(firsts[:-1])}
+        self._continued = continued = continued or {}
+        self._continued_at = {firsts[k]: k for k in continued}
+        self._by_first = {first: k for k, first in enumerate(firsts[:-1]) if k not in continued}
 
     def batch_at(self, index: int) -> int:
-        """The planned batch that starts at record ``index``, or -1."""
+        """The planned fresh batch that starts at record ``index``, or -1."""
         return self._by_first.get(index, -1)
+
+    def continuation_at(self, index: int) -> int:
+        """The planned batch that continues an open batch from record ``index``, or -1."""
+        return self._continued_at.get(index, -1)
+
+    def opened(self, k: int) -> tuple[int, int, int] | None:
+        """The open batch planned batch ``k`` continues (records, bytes, timestamp delta)."""
+        return self._continued.get(k)
 
     def rest(self, k: int) -> memoryview:
         """Planned batch ``k`` without its first record: what a bulk append copies."""
@@ -122,9 +140,8 @@ class EncodableValues:
     each batch's first record and :meth:`encode_batches` for the rest.
 
     A keyed column has :attr:`keys`, one per value, which its plans encode with the values
-    (``send_many(topic, column, keys=column.keys)``); :meth:`records_from` hands the
-    records after a half-full batch's first one to the builder's keyed loop, and
-    :meth:`split_by_murmur2` splits it by partition.
+    (``send_many(topic, column, keys=column.keys)``); :meth:`split_by_murmur2` orders it
+    by partition.
     """
 
     #: The keys of the column's records (None: unkeyed records).
@@ -169,39 +186,23 @@ class EncodableValues:
                 return i
         return -1
 
-    def records_from(
-        self, index: int, stop: int, room: int, max_value_size: int
-    ) -> tuple[list[bytes], list[bytes | None]]:
-        """Keys and values of a keyed column's records ``index`` to ``stop - 1``, as lists.
-
-        At least the records that can fit in ``room`` more bytes of a batch and one more
-        (so that the builder finds the batch full), none from the first whose key and value
-        together take more than ``max_value_size`` bytes (the append path refuses it).
-        """
-        keys = self.keys
-        if keys is None:
-            raise ValueError("an unkeyed column")
-        out_keys: list[bytes] = []
-        out_values: list[bytes | None] = []
-        used = 0
-        for i in range(index, stop):
-            key, value = keys.key(i), self.value(i)
-            size = len(key) + (len(value) if value is not None else 0)
-            if size > max_value_size or used > room:
-                break
-            out_keys.append(key)
-            out_values.append(value)
-            used += size + 7  # a record takes at least 7 bytes besides its key and value
-        return out_keys, out_values
-
     def encode_batches(
-        self, start: int, size_limit: int, max_value_size: int, stop: int = -1
+        self,
+        start: int,
+        size_limit: int,
+        max_value_size: int,
+        stop: int = -1,
+        opens: dict[int, tuple[int, int, int]] | None = None,
     ) -> EncodedBatches:
-        """Plan fresh batches of up to ``size_limit`` bytes from record ``start`` on.
+        """Plan batches of up to ``size_limit`` bytes from record ``start`` on.
 
-        Records without headers (keyed when the column has :attr:`keys`), offset deltas
-        from 0 in each batch, timestamp delta 0, up to record ``stop`` (-1: the last). The
-        plan ends before any record whose value (and key) take more than
+        Records without headers (keyed when the column has :attr:`keys`), up to record
+        ``stop`` (-1: the last), in fresh batches: offset deltas from 0, timestamp delta 0.
+        Except that the records from an index of ``opens`` (``start``, or where a
+        partition's records begin) continue an open batch, ``(records, bytes,
+        timestamp_delta)``: their offset deltas go on from ``records``, their timestamp
+        delta is the one given, and they fill what ``bytes`` left of ``size_limit``.
+        The plan ends before any record whose value (and key) take more than
         ``max_value_size`` bytes (its record is the next batch's first, and the append
         path refuses it), and, unless it reaches ``stop``, after a batch that filled up.
         """

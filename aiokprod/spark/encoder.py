@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aiokprod.protocol.encoded import EncodableKeys, EncodableValues, EncodedBatches
+from aiokprod.protocol.primitives import encode_varlong
 from aiokprod.spark.planner import Planner, varint_len
 
 __all__ = ["WINDOW_RECORDS", "ArrowKeys", "ArrowValues", "lengths_of"]
@@ -49,9 +50,7 @@ WINDOW_RECORDS: Final = 16_384
 #: 8,191 bytes and batches up to 8,192 records is taken from it (larger ones are encoded).
 _TABLE_SIZE: Final = 1 << 14
 #: Attributes (0) and timestamp delta (0); a null key (varint -1); no headers (count 0).
-#: The least a record takes besides its key and value: length, attributes, timestamp delta,
-#: offset delta, key length, value length, header count (one byte each).
-_MIN_FRAMING: Final = 7
+_ATTRIBUTES: Final = b"\x00"
 _ATTRIBUTES_AND_TIMESTAMP: Final = b"\x00\x00"
 _NULL_KEY: Final = b"\x01"
 _NO_HEADERS: Final = b"\x00"
@@ -154,7 +153,6 @@ class ArrowValues(EncodableValues):
         self._starts, self._lengths, self._data = lengths_of(array)
         #: The values with nulls as empty bytes: the framing says which are null.
         self._filled = array.fill_null(b"") if array.null_count else array
-        self._record_sums: Any = None
         self._breaks = breaks or []
         if keys is not None:
             if len(keys) != self._n:
@@ -187,44 +185,23 @@ class ArrowValues(EncodableValues):
 
         return split_by_partition(self._array, self.keys.array, num_partitions)
 
-    def _sums(self) -> tuple[Any, Any]:
-        """Bytes of key and value of each record, and the prefix sums of the least it takes."""
-        sums: tuple[Any, Any] | None = self._record_sums
-        if sums is None:
-            sizes = np.maximum(self._lengths, 0)
-            if isinstance(self.keys, ArrowKeys):
-                sizes = sizes + self.keys.lengths
-            sums = self._record_sums = (sizes, np.cumsum(sizes + _MIN_FRAMING))
-        return sums
-
     def first_larger_than(self, size: int) -> int:
         """The first record whose key and value take more than ``size`` bytes, or -1."""
-        larger = np.flatnonzero(self._sums()[0] > size)
+        sizes = np.maximum(self._lengths, 0)
+        if isinstance(self.keys, ArrowKeys):
+            sizes = sizes + self.keys.lengths
+        larger = np.flatnonzero(sizes > size)
         return int(larger[0]) if larger.size else -1
 
-    def records_from(
-        self, index: int, stop: int, room: int, max_value_size: int
-    ) -> tuple[list[bytes], list[bytes | None]]:
-        """See :meth:`EncodableValues.records_from` (a slice of each array, as lists)."""
-        keys = self.keys
-        if not isinstance(keys, ArrowKeys):
-            raise ValueError("an unkeyed column")
-        sizes, least = self._sums()
-        before = int(least[index - 1]) if index else 0
-        # the records whose least size, summed before them, is within the room
-        stop = min(int(np.searchsorted(least, before + room, "right")) + 1, stop)
-        too_large = np.flatnonzero(sizes[index:stop] > max_value_size)
-        if too_large.size:
-            stop = index + int(too_large[0])
-        return (
-            keys.array.slice(index, stop - index).to_pylist(),
-            self._array.slice(index, stop - index).to_pylist(),
-        )
-
     def encode_batches(
-        self, start: int, size_limit: int, max_value_size: int, stop: int = -1
+        self,
+        start: int,
+        size_limit: int,
+        max_value_size: int,
+        stop: int = -1,
+        opens: dict[int, tuple[int, int, int]] | None = None,
     ) -> EncodedBatches:
-        """Plan fresh batches from record ``start`` (see the module docstring)."""
+        """Plan batches from record ``start`` (see the module docstring)."""
         end = self._n if stop < 0 else stop
         stop = min(end, start + WINDOW_RECORDS)
         lengths = self._lengths[start:stop]
@@ -245,17 +222,41 @@ class ArrowValues(EncodableValues):
             key_zigzag = key_lengths * 2
             base += varint_len(key_zigzag) - 1 + key_lengths
         breaks = [b - start for b in self._breaks if start < b < stop]
-        planner = Planner(base, size_limit, breaks)
+        continuing: dict[int, tuple[int, int, int]] = {}  # relative index -> open batch
+        stamps: dict[int, bytes] = {}  # relative index -> attributes and timestamp delta
+        opened: dict[int, tuple[int, int, int]] = {}  # relative index -> opens' entry
+        for index, (count, used, timestamp_delta) in (opens or {}).items():
+            if start <= index < stop:
+                stamp = _ATTRIBUTES + encode_varlong(timestamp_delta)
+                continuing[index - start] = (count, used, len(stamp) - 2)
+                stamps[index - start] = stamp
+                opened[index - start] = (count, used, timestamp_delta)
+        planner = Planner(base, size_limit, breaks, continuing)
         window_cut = stop < end and stop - start == WINDOW_RECORDS
         firsts, next_sizes = planner.plan(window_cut)
         m = firsts[-1]
         bounds = np.asarray(firsts, np.int64)
         counts = bounds[1:] - bounds[:-1]
         deltas = np.arange(m, dtype=np.int64) - np.repeat(bounds[:-1], counts)
+        stamp_parts: list[bytes] = [_ATTRIBUTES_AND_TIMESTAMP]
+        stamp_of: Any = None  # per record: which of stamp_parts (None: the first for all)
+        for k in planner.continued:
+            a, b = firsts[k], firsts[k + 1]
+            count, _, extra = continuing[a]
+            deltas[a:b] += count
+            base[a:b] += extra
+            if extra or stamps[a] != _ATTRIBUTES_AND_TIMESTAMP:
+                if stamp_of is None:
+                    stamp_of = np.zeros(m, np.int64)
+                stamp_of[a:b] = len(stamp_parts)
+                stamp_parts.append(stamps[a])
         delta_zigzag = deltas * 2
         body = base[:m] + varint_len(delta_zigzag)
         large = self._large
         kind = self._filled.type
+        stamp_column: Any = pa.scalar(_ATTRIBUTES_AND_TIMESTAMP, kind)
+        if stamp_of is not None:
+            stamp_column = pa.array(stamp_parts, kind).take(pa.array(stamp_of))
         if key_lengths is None:
             key_parts: list[Any] = [pa.scalar(_NULL_KEY, kind)]
         else:
@@ -265,7 +266,7 @@ class ArrowValues(EncodableValues):
             ]
         records = pc.binary_join_element_wise(
             _framing(body * 2, large),
-            pa.scalar(_ATTRIBUTES_AND_TIMESTAMP, kind),
+            stamp_column,
             _framing(delta_zigzag, large),
             *key_parts,
             _framing(zigzag[:m], large),
@@ -277,6 +278,8 @@ class ArrowValues(EncodableValues):
         offsets = np.frombuffer(offsets_buffer, np.int64 if large else np.int32)
         positions = offsets[records.offset : records.offset + m + 1][firsts].tolist()
         first_sizes = planner.sizes(1, firsts[:-1])
+        for k in planner.continued:
+            first_sizes[k] = 0  # every record of the batch is appended from the plan
         return EncodedBatches(
             memoryview(data_buffer),
             [start + f for f in firsts],
@@ -288,4 +291,5 @@ class ArrowValues(EncodableValues):
             key_sizes=None
             if key_lengths is None
             else array("i", key_lengths[:m].astype(np.int32).tobytes()),
+            continued={k: opened[firsts[k]] for k in planner.continued},
         )

@@ -6,7 +6,9 @@ per delta class, one or two ``searchsorted`` per batch, by the rule
 :meth:`~aiokprod.protocol.records.RecordBatchBuilder.try_append` applies: a record fits if
 the batch stays within ``batch_size``; the first one always fits. A batch also ends at a
 *break* (where a keyed column's next partition begins): its records never share a batch
-with the records before it.
+with the records before it. And a run of records may begin by *continuing* a batch that is
+open already (a partition's half-full batch): that batch holds records and bytes, and its
+records' offset deltas and timestamp delta go on from there.
 """
 
 from __future__ import annotations
@@ -45,16 +47,30 @@ class Planner:
     """Batch boundaries of records whose sizes depend on their offset delta's class.
 
     Args:
-        base: each record's size without its offset delta and length varints.
+        base: each record's size without its offset delta and length varints (and with a
+            timestamp delta of one byte).
         size_limit: the batch's byte budget (``batch_size``).
         breaks: indexes (ascending, within ``base``) where a batch must begin.
+        opens: index -> ``(records, size, extra)``: the records from that index (one where
+            a batch begins: the first, or a break) continue an open batch holding
+            ``records`` records in ``size`` bytes, each taking ``extra`` more bytes there
+            (a longer timestamp delta).
     """
 
-    def __init__(self, base: Any, size_limit: int, breaks: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        base: Any,
+        size_limit: int,
+        breaks: list[int] | None = None,
+        opens: dict[int, tuple[int, int, int]] | None = None,
+    ) -> None:
         self._base = base
         self._limit = size_limit
         self._m = len(base)
         self._breaks = breaks or []
+        self._opens = opens or {}
+        #: The planned batches that continue an open batch (indexes into ``firsts``).
+        self.continued: list[int] = []
         #: Per delta class (the offset delta varint's length): prefix sums of record sizes.
         self._sums: dict[int, Any] = {}
 
@@ -73,12 +89,28 @@ class Planner:
         at = np.asarray(indexes, np.int64)
         return (sums[at + 1] - sums[at]).tolist()  # type: ignore[no-any-return]
 
+    def _continue(self, s: int, segment_end: int) -> tuple[int, int]:
+        """The records from ``s`` that fit the open batch they continue, and the next's size.
+
+        Returns the end of the batch's records, and the size of the record after them in
+        the batch (-1: none follows before ``segment_end``).
+        """
+        count, used, extra = self._opens[s]
+        # no more than the room allows at 7 bytes a record (the least one takes), plus one
+        most = min(segment_end - s, max(self._limit - used, 0) // 7 + 1)
+        bodies = self._base[s : s + most] + extra
+        bodies = bodies + varint_len(2 * (count + np.arange(most)))
+        sizes = varint_len(bodies * 2) + bodies
+        fit = int(np.searchsorted(np.cumsum(sizes), self._limit - used, "right"))
+        return s + fit, int(sizes[fit]) if fit < most else -1
+
     def plan(self, window_cut: bool) -> tuple[list[int], list[int]]:
         """``firsts`` (with the end as the last entry) and each batch's ``next_size``.
 
         ``next_size`` is -1 for a batch followed by a break or the end (nothing follows it
         in its batch's partition); with ``window_cut`` the last batch, which the window may
-        have cut short, is left to the next plan.
+        have cut short, is left to the next plan. A batch that continues an open one is
+        listed in :attr:`continued` (it may hold no records: the next did not fit).
         """
         m = self._m
         limit = self._limit
@@ -87,10 +119,18 @@ class Planner:
         ends = iter([*self._breaks, m])
         segment_end = 0
         first_sums = self.sums(1)
+        opens = self._opens
         s = 0
         while s < m:
             while segment_end <= s:
                 segment_end = next(ends)
+            if s in opens and (not firsts or firsts[-1] != s):
+                end, next_size = self._continue(s, segment_end)
+                self.continued.append(len(firsts))
+                firsts.append(s)
+                next_sizes.append(next_size)
+                s = end
+                continue
             used = BATCH_HEADER_SIZE + int(first_sums[s + 1] - first_sums[s])  # always fits
             end = s + 1
             if used < limit:
@@ -117,5 +157,7 @@ class Planner:
             # The window cut the last batch short: the next plan starts at its first record.
             s = firsts.pop()
             next_sizes.pop()
+            if self.continued and self.continued[-1] == len(firsts):
+                self.continued.pop()
         firsts.append(s)
         return firsts, next_sizes

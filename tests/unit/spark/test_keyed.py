@@ -222,6 +222,62 @@ def test_plans_end_batches_at_the_breaks(
             assert full
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(st.tuples(keys_st, values_st), min_size=1, max_size=200),
+    already=st.lists(st.tuples(keys_st, values_st), min_size=1, max_size=30),
+    limit=st.integers(min_value=70, max_value=20_000),
+    delta=st.sampled_from([0, 1, 63, 64, 100_000, -5]),
+    keyed_=st.booleans(),
+)
+def test_a_plan_continues_an_open_batch(
+    records: list[tuple[bytes, bytes | None]],
+    already: list[tuple[bytes, bytes | None]],
+    limit: int,
+    delta: int,
+    keyed_: bool,
+) -> None:
+    """The records from an open batch on: what try_append adds to it, then fresh batches."""
+    if not keyed_:
+        records = [(b"", v) for _, v in records]
+    builder = RecordBatchBuilder()
+    for key, value in already:  # an open batch, based ``delta`` ms before the plan's time
+        if (
+            builder.full
+            or builder.try_append(TS - delta, key if keyed_ else None, value, None, limit) < 0
+        ):
+            break
+    if builder.full:
+        return
+    keys = [k for k, _ in records]
+    values = [v for _, v in records]
+    column = ArrowValues(pa.array(values, pa.binary()), pa.array(keys) if keyed_ else None)
+    opens = {0: (builder.record_count, builder.size_in_bytes, delta)}
+    plan = column.encode_batches(0, limit, 10**9, -1, opens)
+    assert plan.continuation_at(0) == 0
+    assert plan.batch_at(0) == (-1 if plan.firsts[1] else 1)  # fresh from 0 if none fit
+    assert plan.opened(0) == opens[0]
+    reference = bytes(builder._buf)
+    i = 0
+    while i < len(records) and not builder.full:
+        if builder.try_append(TS, keys[i] if keyed_ else None, values[i], None, limit) < 0:
+            break
+        i += 1
+    assert plan.firsts[1] == i  # the records that fit the open batch
+    assert bytes(plan.rest(0)) == bytes(builder._buf)[len(reference) :]
+    if i < len(records):
+        assert plan.next_sizes[0] > 0 or builder.full
+    rest = [(keys[j], values[j]) for j in range(i, len(records))]
+    if rest and len(plan.firsts) > 2:  # then fresh batches, as try_append fills them
+        fresh = reference_batches(
+            [k if keyed_ else None for k, _ in rest],  # type: ignore[misc]
+            [v for _, v in rest],
+            0,
+            limit,
+        )
+        assert plan.firsts[1:-1] == [i + first for first, _, _ in fresh][: len(plan.firsts) - 2]
+
+
 @pytest.mark.parametrize(
     ("key_size", "size", "count", "limit"),
     [
@@ -255,13 +311,6 @@ def test_keyed_column_records() -> None:
     assert [column.keys.key(i) for i in range(4)] == list(column.keys)
     assert column.first_larger_than(3) == 1
     assert column.first_larger_than(6) == -1
-    assert column.records_from(1, 4, 0, 100) == ([b"ccc"], [b"333"])  # the one that may not fit
-    assert column.records_from(1, 2, 10_000, 100) == ([b"ccc"], [b"333"])  # up to its stop
-    assert column.records_from(0, 4, 10_000, 100) == (
-        [b"bb", b"ccc", b"", b"e"],
-        [None, b"333", b"", b"5"],
-    )
-    assert column.records_from(0, 4, 10_000, 5) == ([b"bb"], [None])  # stops before b"ccc"
     with pytest.raises(ValueError, match="null key"):
         ArrowValues(values, pa.array([b"a", None, b"c", b"d"]))
     with pytest.raises(ValueError, match="3 keys for 4 values"):
@@ -431,9 +480,9 @@ def test_long_keyed_runs_many_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     plans = []
     encode = ArrowValues.encode_batches
 
-    def counted(self: Any, start: int, size_limit: int, max_value_size: int, stop: int = -1) -> Any:
+    def counted(self: Any, start: int, *args: Any) -> Any:
         plans.append(start)
-        return encode(self, start, size_limit, max_value_size, stop)
+        return encode(self, start, *args)
 
     monkeypatch.setattr(ArrowValues, "encode_batches", counted)
     rng = random.Random(5)
