@@ -4,7 +4,9 @@ A record's size is known up to the length of its offset delta's varint (1 byte f
 below 64, 2 below 8,192, ...), so the batch boundaries follow from prefix sums of the sizes
 per delta class, one or two ``searchsorted`` per batch, by the rule
 :meth:`~aiokprod.protocol.records.RecordBatchBuilder.try_append` applies: a record fits if
-the batch stays within ``batch_size``; the first one always fits. A batch also ends at a
+the batch stays within ``batch_size``; the first one always fits. (The prefix sums are
+computed with numpy and searched with ``bisect`` in an ``array``: a Python ``int`` per
+probe, none per record.) A batch also ends at a
 *break* (where a keyed column's next partition begins): its records never share a batch
 with the records before it. And a run of records may begin by *continuing* a batch that is
 open already (a partition's half-full batch): that batch holds records and bytes, and its
@@ -13,6 +15,8 @@ records' offset deltas and timestamp delta go on from there.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from typing import Any, Final
 
 import numpy as np
@@ -40,7 +44,7 @@ def varint_len(zigzagged: Any) -> Any:
 
 def _width(delta: int) -> int:
     """Bytes of the varint of offset delta ``delta``."""
-    return next(w for w, (_, high) in enumerate(DELTA_CLASSES, 1) if delta < high)
+    return 1 if delta < 64 else 2 if delta < 1 << 13 else 3 if delta < 1 << 20 else 4
 
 
 class Planner:
@@ -72,22 +76,22 @@ class Planner:
         #: The planned batches that continue an open batch (indexes into ``firsts``).
         self.continued: list[int] = []
         #: Per delta class (the offset delta varint's length): prefix sums of record sizes.
-        self._sums: dict[int, Any] = {}
+        self._sums: dict[int, array[int]] = {}
 
-    def sums(self, width: int) -> Any:
-        """Prefix sums (numpy, from 0) of the record sizes when the offset delta takes ``width``."""
+    def sums(self, width: int) -> array[int]:
+        """Prefix sums (from 0) of the record sizes when the offset delta takes ``width``."""
         sums = self._sums.get(width)
         if sums is None:
             body = self._base + width
-            sums = self._sums[width] = np.zeros(self._m + 1, np.int64)
-            np.cumsum(varint_len(body * 2) + body, out=sums[1:])
+            out = np.zeros(self._m + 1, np.int64)
+            np.cumsum(varint_len(body * 2) + body, out=out[1:])
+            sums = self._sums[width] = array("q", out.tobytes())
         return sums
 
     def sizes(self, width: int, indexes: list[int]) -> list[int]:
         """The sizes of the records at ``indexes`` when the offset delta takes ``width``."""
         sums = self.sums(width)
-        at = np.asarray(indexes, np.int64)
-        return (sums[at + 1] - sums[at]).tolist()  # type: ignore[no-any-return]
+        return [sums[i + 1] - sums[i] for i in indexes]
 
     def _continue(self, s: int, segment_end: int) -> tuple[int, int]:
         """The records from ``s`` that fit the open batch they continue, and the next's size.
@@ -131,7 +135,7 @@ class Planner:
                 next_sizes.append(next_size)
                 s = end
                 continue
-            used = BATCH_HEADER_SIZE + int(first_sums[s + 1] - first_sums[s])  # always fits
+            used = BATCH_HEADER_SIZE + first_sums[s + 1] - first_sums[s]  # always fits
             end = s + 1
             if used < limit:
                 for width, (low, high) in enumerate(DELTA_CLASSES, start=1):
@@ -141,14 +145,13 @@ class Planner:
                     hi = min(s + high, segment_end)
                     sums = self.sums(width)
                     # the most records from lo on that keep the batch within the limit
-                    window = sums[lo : hi + 1]
-                    end = lo + int(np.searchsorted(window, limit - used + window[0], "right")) - 1
-                    used += int(sums[end] - window[0])
+                    end = bisect_right(sums, limit - used + sums[lo], lo, hi + 1) - 1
+                    used += sums[end] - sums[lo]
                     if end < hi:
                         break
             if end < segment_end:  # the record that did not fit: its size in this batch
                 sums = self.sums(_width(end - s))
-                next_sizes.append(int(sums[end + 1] - sums[end]))
+                next_sizes.append(sums[end + 1] - sums[end])
             else:
                 next_sizes.append(-1)
             firsts.append(s)
