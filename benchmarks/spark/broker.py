@@ -97,8 +97,12 @@ def _tree_cpu_seconds(root: int) -> tuple[float, float]:
 
 
 def cpu_snapshot(spark_pid: int, broker_pid: int | None) -> dict[str, float]:
-    """CPU seconds so far of Spark (its JVM; its Python daemon and workers) and the broker."""
-    jvm, python = _tree_cpu_seconds(spark_pid)
+    """CPU seconds so far of Spark (its JVM; its Python daemon and workers) and the broker.
+
+    A Python worker that exits while /proc is read can be counted twice (alive, and in the
+    parent that reaped it meanwhile): of two reads in a row, the smaller is kept.
+    """
+    jvm, python = min(_tree_cpu_seconds(spark_pid), _tree_cpu_seconds(spark_pid), key=sum)
     return {
         "spark": jvm + python,
         "jvm": jvm,
