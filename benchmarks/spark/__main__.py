@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_kafka_sink": SPARK_KAFKA_VERSION,
                 "settings": COMMON,
                 "sinks": [dataclasses.asdict(sink) for sink in sinks],
-                "worker_python": os.environ["PYSPARK_PYTHON"],
+                "worker_python": args.worker_python or "(the driver's)",  # no local path
                 "worker_build": build,
                 "arrow_batch_rows": args.arrow_batch_rows or 10_000,
                 "busy": BUSY if args.busy else "",
