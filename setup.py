@@ -28,6 +28,7 @@ COMPILED_MODULES = [
     "aiokprod/internals/accumulator.py",
     "aiokprod/internals/appender.py",
     "aiokprod/internals/bulk_append.py",
+    "aiokprod/internals/bulk_columns.py",
     "aiokprod/internals/batch.py",
     "aiokprod/internals/idempotence.py",
     "aiokprod/internals/sequences.py",

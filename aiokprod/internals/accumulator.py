@@ -193,6 +193,15 @@ class RecordAccumulator:
                 last.is_full = True
         return None
 
+    def open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
+        """The partition's open batch, the one :meth:`try_append` appends to (None: none)."""
+        dq = self._queues.get(tp)
+        if dq:
+            last = dq[-1]
+            if last.builder is not None and not last.is_full:
+                return last
+        return None
+
     def new_batch_size(self, key: bytes | None, value: bytes | None, headers: bytes | None) -> int:
         """Bytes to reserve for a new batch that starts with this record."""
         size = batch_of_one_size(

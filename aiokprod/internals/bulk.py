@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from aiokprod.errors import InvalidArgumentError
 from aiokprod.internals.batch import SPLIT_OFFSET, BatchResult
+from aiokprod.protocol.encoded import EncodableKeys, EncodableValues
 from aiokprod.types import UNKNOWN_OFFSET, RecordMetadata, TopicPartition
 
 #: The key size of an unkeyed record (-1), repeated by ``*`` for a run of them.
@@ -22,8 +23,12 @@ _NO_KEY: Final = array("i", (-1,))
 
 def bulk_columns(
     keys: Iterable[Any] | None, values: Iterable[Any]
-) -> tuple[list[Any] | None, Iterable[Any]]:
-    """Check ``send_many``'s columns; keyed ones become lists of the same length."""
+) -> tuple[list[Any] | EncodableKeys | None, Iterable[Any]]:
+    """Check ``send_many``'s columns; keyed ones become lists of the same length.
+
+    A keyed column (``values`` an :class:`EncodableValues` and ``keys`` its own
+    :attr:`~EncodableValues.keys`) stays as it is.
+    """
     for name, column in (("values", values), ("keys", keys)):
         if column is None and name == "keys":
             continue
@@ -33,6 +38,8 @@ def bulk_columns(
             )
     if keys is None:
         return None, values
+    if isinstance(values, EncodableValues) and keys is values.keys:
+        return values.keys, values
     key_list, value_list = list(keys), list(values)
     if len(key_list) != len(value_list):
         raise InvalidArgumentError(
@@ -109,14 +116,16 @@ class BulkDelivery:
         last.count += count
         self._timestamps += array("q", (timestamp_ms,)) * count
 
-    def _extend_last(self, count: int, timestamp_ms: int) -> None:
-        """``count`` more unkeyed records right after the last one added, in its batch.
+    def _extend_last(self, count: int, timestamp_ms: int, keyed: bool = False) -> None:
+        """``count`` more records right after the last one added, in its batch.
 
-        Their value sizes were appended to ``_value_sizes`` by the builder already.
+        Their value sizes were appended to ``_value_sizes`` already, and when ``keyed`` their
+        key sizes to ``_key_sizes``; otherwise they are unkeyed.
         """
         self._segments[-1].count += count
-        # array * count repeats in C: extend(repeat(...)) converted each of them (~45 ns)
-        self._key_sizes += _NO_KEY * count
+        if not keyed:
+            # array * count repeats in C: extend(repeat(...)) converted each of them (~45 ns)
+            self._key_sizes += _NO_KEY * count
         self._timestamps += array("q", (timestamp_ms,)) * count
 
     def __len__(self) -> int:

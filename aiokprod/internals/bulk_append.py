@@ -7,9 +7,9 @@ go in runs: each
 run opens with the appender's one-record path (:meth:`RecordAppender.append`, then
 :meth:`RecordAppender.append_new_batch` when a new batch is needed: the partition choice,
 memory, sticky accounting and wakeups stay written once, there), then the batch builder's
-inner loops add the rest of the run. Values that encode themselves
-(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns) have the rest of each
-fresh batch copied from their plan instead (:meth:`RecordBatchBuilder.append_encoded`).
+inner loops add the rest of the run. Columns that encode themselves
+(:mod:`aiokprod.protocol.encoded`, the Spark writer's Arrow columns, keyed or not) have the
+rest of each fresh batch copied from their plan instead (:mod:`.bulk_columns`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,19 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiokprod.internals.accumulator import batch_of_one_size
-from aiokprod.internals.batch import ProducerBatch
 from aiokprod.internals.bulk import BulkDelivery
+from aiokprod.internals.bulk_columns import (
+    append_encodable,
+    append_keyed_columns,
+    check_sizes,
+    close_run,
+    open_run,
+)
 from aiokprod.internals.metadata import TopicInfo
-from aiokprod.internals.partitioner import KeyHasher, StickyPartitionState
+from aiokprod.internals.partitioner import KeyHasher
 from aiokprod.internals.serialization import Serializer, serialize_key, serialize_value
-from aiokprod.protocol.encoded import EncodableValues, EncodedBatches
-from aiokprod.protocol.records import BATCH_HEADER_SIZE, NO_LEFTOVER, RecordBatchBuilder
-from aiokprod.types import TopicPartition
+from aiokprod.protocol.encoded import EncodableKeys, EncodableValues
+from aiokprod.protocol.records import NO_LEFTOVER, RecordBatchBuilder
 
 if TYPE_CHECKING:
     from aiokprod.internals.appender import RecordAppender
@@ -63,7 +68,7 @@ async def append_columns(
     app: RecordAppender,
     bulk: BulkDelivery,
     topic: str,
-    keys: list[Any] | None,
+    keys: list[Any] | EncodableKeys | None,
     values: Iterable[Any],
     *,
     partition: int | None,
@@ -80,9 +85,23 @@ async def append_columns(
     Keyed columns take :func:`prepare_keyed` and :func:`append_keyed` when the keys are
     hashed (``hasher``, a built-in partitioner), without a fixed partition, headers or None
     keys; unkeyed ones take :func:`append_values` with a fixed partition or the sticky
-    partitioner. Anything else (a custom or round-robin partitioner, ...) returns False with
-    nothing queued.
+    partitioner. A keyed column (:class:`EncodableKeys`, the keys of ``values``) takes
+    :func:`_append_keyed_column`, or else the lists' path. Anything else (a custom or
+    round-robin partitioner, ...) returns False with nothing queued.
     """
+    if isinstance(keys, EncodableKeys):
+        if (
+            header_bytes is None
+            and not key_serializer
+            and not value_serializer
+            and isinstance(values, EncodableValues)
+            and values.keys is keys
+            and await _append_keyed_column(
+                app, bulk, topic, values, partition, timestamp_ms, info, started_ms, hasher
+            )
+        ):
+            return True
+        keys = list(keys)
     if keys is not None:
         if partition is not None or header_bytes is not None or hasher is None:
             return False
@@ -131,8 +150,13 @@ async def append_values(
     path and the builder's inner loop (``append_values``) adds the rest of the batch; the
     sticky partitioner is fed the bytes of the whole run at once.
     """
-    if isinstance(values, EncodableValues) and header_bytes is None and not value_serializer:
-        await _append_encodable(app, bulk, topic, values, partition, timestamp_ms, info, started_ms)
+    if (
+        isinstance(values, EncodableValues)
+        and values.keys is None  # a keyed column given without its keys: values only
+        and header_bytes is None
+        and not value_serializer
+    ):
+        await append_encodable(app, bulk, topic, values, partition, timestamp_ms, info, started_ms)
         return
     acc = app._acc
     batch_size = acc.batch_size
@@ -155,13 +179,14 @@ async def append_values(
         size = -1 if pending is None else len(pending)
         if size > largest_value:
             raise app.too_large(batch_of_one_size(-1, size, headers_size))
-        batch, _, sticky = await _open_run(
+        batch, _, sticky = await open_run(
             app,
             bulk,
             topic,
             tps,
             partition,
             timestamp_ms,
+            None,
             pending,
             size,
             header_bytes,
@@ -183,81 +208,10 @@ async def append_values(
             pending = _append_with_headers(
                 builder, timestamp_ms, remaining, header_bytes, batch_size, value_sizes
             )
-        _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
+        close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
 
 
-async def _open_run(
-    app: RecordAppender,
-    bulk: BulkDelivery,
-    topic: str,
-    tps: tuple[TopicPartition, ...],
-    partition: int | None,
-    timestamp_ms: int,
-    value: bytes | None,
-    size: int,
-    header_bytes: bytes | None,
-    info: TopicInfo,
-    started_ms: int,
-    yield_at: int,
-) -> tuple[ProducerBatch, int, StickyPartitionState | None]:
-    """A run's first unkeyed record, the one-record way (sticky counts it there).
-
-    The partition (fixed, or the sticky one), then its open batch or a new one.
-    Returns the batch, the record's index in it, and the sticky state (None: fixed).
-    """
-    if partition is not None:
-        p, sticky = partition, None
-    else:
-        p, sticky = app.partitions.choose(topic, None, len(tps), info.available)
-    tp = tps[p]
-    app.enlist(tp)
-    opened = app.append(tp, timestamp_ms, None, value, header_bytes, sticky, info)
-    if opened is None:
-        opened = await app.append_new_batch(
-            tp, timestamp_ms, None, value, header_bytes, sticky, info, started_ms, yield_at
-        )
-    batch, index = opened
-    bulk._add(batch.result, tp, index, -1, size, timestamp_ms)
-    return batch, index, sticky
-
-
-def _close_run(
-    app: RecordAppender,
-    bulk: BulkDelivery,
-    batch: ProducerBatch,
-    before: int,
-    start: int,
-    sticky: StickyPartitionState | None,
-    timestamp_ms: int,
-    info: TopicInfo,
-) -> int:
-    """Account for a run's bulk append; returns how many records it added.
-
-    ``before`` and ``start`` are the batch's bytes and records before it: the bulk
-    delivery counts what was added, a full batch wakes the sender, and sticky is fed
-    the bytes.
-    """
-    builder = batch.builder
-    if builder is None:  # pragma: no cover - the caller appended to it
-        return 0
-    added = builder.record_count - start
-    if added:
-        bulk._extend_last(added, timestamp_ms)
-    if builder.full:
-        batch.is_full = True
-        app.wakeup()
-    if sticky is not None:
-        sticky.on_append(
-            builder.size_in_bytes - before,
-            batch.is_full,
-            info.num_partitions,
-            info.available,
-            app._clock.monotonic_ms(),
-        )
-    return added
-
-
-async def _append_encodable(
+async def _append_keyed_column(
     app: RecordAppender,
     bulk: BulkDelivery,
     topic: str,
@@ -266,72 +220,28 @@ async def _append_encodable(
     timestamp_ms: int,
     info: TopicInfo,
     started_ms: int,
-) -> None:
-    """:func:`append_values` for a column that encodes its own records (protocol.encoded).
+    hasher: KeyHasher | None,
+) -> bool:
+    """A keyed column: to ``partition``, or split by the Java partition of each key.
 
-    The same runs as there: each opens with the one-record path (the partition choice,
-    memory, a new batch, sticky accounting, wakeups); then, if that record began a
-    batch, the rest of the batch is copied from the column's plan of fresh batches in
-    one piece (the builder checks the batch is in the state the plan assumed), and
-    otherwise (a half-full batch) taken record by record as there.
+    Without a partition, only when the partitioner hashes keys with murmur2 (``hasher``)
+    and the column can split itself by it (:meth:`EncodableValues.split_by_murmur2`);
+    False (nothing queued) otherwise. Every record is checked before any is queued.
     """
-    acc = app._acc
-    batch_size = acc.batch_size
-    tps = app.partitions_of(topic, info.num_partitions)
-    yield_at = app.yield_threshold(len(tps))
-    largest_value = app.record_limit - batch_of_one_size(-1, 0, 0)
-    value_sizes = bulk._value_sizes
-    total = len(column)
-    plan: EncodedBatches | None = None
-    i = 0
-    while i < total:
-        value = column.value(i)
-        size = -1 if value is None else len(value)
-        if size > largest_value:
-            raise app.too_large(batch_of_one_size(-1, size, 0))
-        batch, index, sticky = await _open_run(
-            app,
-            bulk,
-            topic,
-            tps,
-            partition,
-            timestamp_ms,
-            value,
-            size,
-            None,
-            info,
-            started_ms,
-            yield_at,
-        )
-        i += 1
-        builder = batch.builder
-        if builder is None or batch.is_full or i >= total:
-            continue
-        before = builder.size_in_bytes
-        start = builder.record_count
-        k = -1
-        if index == 0:  # a fresh batch: the plan's batch from this record fits it
-            k = plan.batch_at(i - 1) if plan is not None else -1
-            if k < 0 or plan is None:
-                plan = column.encode_batches(i - 1, batch_size, largest_value)
-                k = plan.batch_at(i - 1)
-        if k < 0 or plan is None:
-            builder.append_values(
-                timestamp_ms, column.values_from(i), batch_size, largest_value, value_sizes
-            )
-        else:
-            end = plan.firsts[k + 1]
-            if builder.append_encoded(
-                timestamp_ms,
-                plan.rest(k),
-                end - i,
-                1,
-                BATCH_HEADER_SIZE + plan.first_sizes[k],
-                batch_size,
-                plan.next_sizes[k],
-            ):
-                value_sizes.extend(plan.value_sizes(i, end))
-        i += _close_run(app, bulk, batch, before, start, sticky, timestamp_ms, info)
+    if partition is not None:
+        await append_encodable(app, bulk, topic, column, partition, timestamp_ms, info, started_ms)
+        return True
+    if hasher is None or not hasher.java_compatible:
+        return False
+    largest = check_sizes(app, column)
+    split = column.split_by_murmur2(info.num_partitions)
+    if split is None:
+        return False
+    order, ordered, runs = split
+    await append_keyed_columns(
+        app, bulk, topic, ordered, runs, order, timestamp_ms, info, started_ms, largest
+    )
+    return True
 
 
 async def append_keyed(

@@ -71,13 +71,20 @@ def to_positive(n: int) -> int:
 
 
 class KeyHasher:
-    """Maps a serialized key to a partition, remembering recent keys' hashes."""
+    """Maps a serialized key to a partition, remembering recent keys' hashes.
 
-    __slots__ = ("_cache", "_hash")
+    ``java_compatible``: the hash is :func:`murmur2` (the Java client's partition of a
+    key), so a column that computes murmur2 of its keys in bulk may be split by it.
+    """
 
-    def __init__(self, hash_function: Callable[[bytes], int]) -> None:
+    __slots__ = ("_cache", "_hash", "java_compatible")
+
+    def __init__(
+        self, hash_function: Callable[[bytes], int], java_compatible: bool = False
+    ) -> None:
         self._hash = hash_function
         self._cache: dict[bytes, int] = {}
+        self.java_compatible = java_compatible
 
     def partitions(self, keys: Sequence[bytes], num_partitions: int) -> list[int]:
         """The partition of every key (the bulk path's loop)."""
@@ -109,7 +116,7 @@ class KeyHasher:
 
 def murmur2_hasher() -> KeyHasher:
     """The Java-compatible key hasher."""
-    return KeyHasher(murmur2)
+    return KeyHasher(murmur2, java_compatible=True)
 
 
 def murmur3_hasher() -> KeyHasher:

@@ -390,15 +390,17 @@ class RecordBatchBuilder:
         expect_size: int,
         size_limit: int,
         next_size: int,
+        timestamp_delta: int = 0,
     ) -> bool:
         """Append ``count`` records encoded ahead for this batch (see :mod:`.encoded`).
 
         The records must be unkeyed or keyed, header-less or not, exactly as
         :meth:`try_append` would encode them here: offset deltas from ``expect_count`` on
-        and timestamp ``timestamp_ms``. That holds only if the batch is in the state they
-        were encoded for, so nothing is appended (False) unless it holds ``expect_count``
-        records in ``expect_size`` bytes, based at ``timestamp_ms``, is not full, and takes
-        them within ``size_limit``.
+        and timestamp ``timestamp_ms``, encoded as ``timestamp_delta`` from the batch's base
+        timestamp. That holds only if the batch is in the state they were encoded for, so
+        nothing is appended (False) unless it holds ``expect_count`` records in
+        ``expect_size`` bytes, based at ``timestamp_ms - timestamp_delta``, is not full, and
+        takes them within ``size_limit``.
 
         Args:
             timestamp_ms: the create time of every record (and the batch's base timestamp).
@@ -411,6 +413,8 @@ class RecordBatchBuilder:
             next_size: what the record after these would take in this batch, -1 if none
                 follows: the batch is full if it would not fit (or ``size_limit`` is
                 reached), as :meth:`try_append` would find.
+            timestamp_delta: the timestamp delta the records were encoded with (0 for a
+                batch they begin or that began at ``timestamp_ms``).
 
         Returns:
             Whether the records were appended.
@@ -422,13 +426,13 @@ class RecordBatchBuilder:
             or self.full
             or self.record_count != expect_count
             or len(buf) != expect_size
-            or self.base_timestamp != timestamp_ms
+            or self.base_timestamp != timestamp_ms - timestamp_delta
             or used > size_limit
         ):
             return False
         buf += records
         self.record_count += count
-        if timestamp_ms > self.max_timestamp:
+        if count and timestamp_ms > self.max_timestamp:
             self.max_timestamp = timestamp_ms
         if used >= size_limit or (next_size >= 0 and used + next_size > size_limit):
             self.full = True

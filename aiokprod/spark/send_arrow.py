@@ -4,8 +4,10 @@
   as ``binary``, no decoding) and handed to :meth:`Producer.send_many` — one call per
   (topic, partition) group of a batch, no ``Row`` and no future per record; unkeyed values
   as an :class:`~aiokprod.spark.encoder.ArrowValues` column, which the producer's append
-  path encodes batch by batch straight from the Arrow buffers, keyed ones (hashed per key)
-  with one ``to_pylist()`` per column;
+  path encodes batch by batch straight from the Arrow buffers; keyed ones as a keyed
+  column, which the producer splits by partition (hashed per column with numpy,
+  :mod:`aiokprod.spark.keyed`, as the Java client would) and encodes the same way (with
+  a null key: one ``to_pylist()`` per column, hashed per key);
 - rows with headers (``send_many`` takes one header set per call) go through
   :meth:`Producer.send` one by one, counted by delivery callbacks;
 - the first failure stops the partition: the rows after it are *not sent*.
@@ -64,8 +66,6 @@ async def send_batch(
     """
     import pyarrow.compute as pc
 
-    from aiokprod.spark.encoder import ArrowValues
-
     at = {name.lower(): i for i, name in enumerate(batch.schema.names)}
     values = _binary(batch.column(at["value"]))
     keys = _binary(batch.column(at["key"])) if "key" in at else None
@@ -96,15 +96,8 @@ async def send_batch(
         part_keys = keys if keys is None or indices is None else keys.take(indices)
         count = len(part_values)
         try:
-            bulk = await producer.send_many(
-                topic,
-                # unkeyed: encoded straight from the Arrow buffers (spark/encoder.py)
-                ArrowValues(part_values)
-                if part_keys is None and ArrowValues.takes(part_values.type)
-                else part_values.to_pylist(),
-                keys=None if part_keys is None else part_keys.to_pylist(),
-                partition=partition,
-            )
+            column, column_keys = _columns(part_values, part_keys)
+            bulk = await producer.send_many(topic, column, keys=column_keys, partition=partition)
         except Exception as exc:  # nothing of this call is accounted for: failed
             tally.fail(count, exc)
             tally.not_sent += rows - count - tally.accounted_in_batch
@@ -113,6 +106,24 @@ async def send_batch(
         tally.accounted_in_batch += count
         tally.pending.append(bulk)
     tally.accounted_in_batch = 0
+
+
+def _columns(values: Any, keys: Any) -> tuple[Any, Any]:
+    """``send_many``'s values and keys for binary Arrow arrays (keys: None if unkeyed).
+
+    An :class:`~aiokprod.spark.encoder.ArrowValues` column, keyed or not, which the
+    producer encodes straight from the Arrow buffers (and splits by the murmur2 partition
+    of its keys); lists where that cannot be (``binary_view``, a null key).
+    """
+    from aiokprod.spark.encoder import ArrowValues
+
+    if ArrowValues.takes(values.type):
+        if keys is None:
+            return ArrowValues(values), None
+        if ArrowValues.takes(keys.type) and not keys.null_count:
+            column = ArrowValues(values, keys)
+            return column, column.keys
+    return values.to_pylist(), None if keys is None else keys.to_pylist()
 
 
 def _binary(array: Any) -> Any:

@@ -2,15 +2,18 @@
 
 One local broker (``aiokprod.testing``), one SparkSession on ``local[2]`` holding both sinks;
 each workload writes a DataFrame of ``spark.range(n, numPartitions=8)`` with a binary
-``value`` of the stated size into a fresh 6-partition topic, the sinks interleaved (the
-order alternates per repetition), after one warm-up write of each (``--warmup-rows``).
+``value`` of the stated size (and for the keyed workloads a ``key`` column:
+``benchmarks/spark/workloads.py``) into a fresh 6-partition topic, the sinks interleaved
+(the order alternates per repetition), after one warm-up write of each (``--warmup-rows``;
+keyed too when a keyed workload runs).
 Both sinks run with acks=all, idempotence on, linger 5 ms, batch 16 KiB. Every run's
 record count is checked with confluent-kafka (the topic's high watermarks). Results: a
 Markdown table on stdout and JSON in ``benchmarks/results/spark-<name>.json``.
 
-Per run it records the rows/s, the CPU seconds per million rows of Spark (JVM, Python
-daemon and workers) and of the broker, and the broker's Produce requests and partition
-entries (read over JMX): CPU per row stays comparable when other jobs share the machine.
+Per run it records the rows/s, the CPU seconds per million rows of Spark (its JVM, and its
+Python daemon and workers, apart) and of the broker, and the broker's Produce requests and
+partition entries (read over JMX): CPU per row stays comparable when other jobs share the
+machine. ``--busy`` keeps one core busy meanwhile (``benchmarks/busy.py``).
 
 Every run's topic is created before the workload's first run and the benchmark waits
 ``TOPIC_SETTLE_S`` before writing: a topic written the moment it exists can answer
@@ -43,17 +46,19 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.busy import DESCRIPTION as BUSY
+from benchmarks.busy import one_core_busy
 from benchmarks.spark.broker import BrokerCounters, cpu_snapshot, enable_broker_jmx
 from benchmarks.spark.jars import SPARK_KAFKA_VERSION, ensure_jars
+from benchmarks.spark.tables import summarize, summarize_streams
+from benchmarks.spark.workloads import DEFAULT, WORKLOADS, Workload
 
-WORKLOADS = {"100B": (1_000_000, 100), "1KiB": (500_000, 1024)}
 COMMON = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "batch.size": "16384"}
 SINKS = ("kafka", "aiokprod")
 BASELINE = "arrow-floor"
@@ -106,11 +111,11 @@ class Sink:
         return writer
 
 
-def write(spark: Any, sink: Sink | None, bootstrap: str, topic: str, rows: int, size: int) -> float:
-    """One batch write of ``rows`` rows of ``size`` bytes; its seconds (None: arrow-floor)."""
-    df = spark.range(rows, numPartitions=8).selectExpr(
-        f"cast(lpad(cast(id AS string), {size}, 'x') AS binary) AS value"
-    )
+def write(
+    spark: Any, sink: Sink | None, bootstrap: str, topic: str, workload: Workload, rows: int
+) -> float:
+    """One batch write of ``rows`` rows of ``workload``; its seconds (None: arrow-floor)."""
+    df = workload.dataframe(spark, rows)
     if sink is None:  # arrow-floor: what any Python sink pays before producing anything
         started = time.perf_counter()
         df.mapInArrow(_count_batches, "rows long").collect()
@@ -186,7 +191,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--reps", type=int, default=3, help="repetitions per sink (default 3)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="100B,1KiB")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(DEFAULT),
+        help=f"comma-separated, of {', '.join(WORKLOADS)} (default {','.join(DEFAULT)})",
+    )
+    parser.add_argument("--busy", action="store_true", help=f"{BUSY} while measuring")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the row counts")
     parser.add_argument("--streaming-rate", type=int, default=0, help="rows/s; 0: skip")
     parser.add_argument("--streaming-seconds", type=float, default=30.0)
@@ -259,13 +269,12 @@ class _Session:
         self, workload: str, rep: int, name: str, sink: Sink | None, topic: str
     ) -> dict[str, Any]:
         """One write of the workload, and what it cost."""
-        rows, size = WORKLOADS[workload]
-        rows = int(rows * self.scale)
+        rows = int(WORKLOADS[workload].rows * self.scale)
         bootstrap = self.kafka.bootstrap_servers
         load_before = os.getloadavg()[0]
         requests_before = self.counters.snapshot()
         cpu_before = cpu_snapshot(self.spark_pid, self.broker_pid)
-        seconds = write(self.spark, sink, bootstrap, topic, rows, size)
+        seconds = write(self.spark, sink, bootstrap, topic, WORKLOADS[workload], rows)
         cpu_after = cpu_snapshot(self.spark_pid, self.broker_pid)
         requests_after = self.counters.snapshot()
         count = rows if sink is None else high_watermarks(bootstrap, topic)
@@ -284,6 +293,10 @@ class _Session:
             "load1_after": os.getloadavg()[0],
             # CPU seconds per million rows: comparable on a busy machine
             "cpu_s_per_m_spark": round((cpu_after["spark"] - cpu_before["spark"]) * 1e6 / rows, 2),
+            "cpu_s_per_m_jvm": round((cpu_after["jvm"] - cpu_before["jvm"]) * 1e6 / rows, 2),
+            "cpu_s_per_m_python": round(
+                (cpu_after["python"] - cpu_before["python"]) * 1e6 / rows, 2
+            ),
             "cpu_s_per_m_broker": round(
                 (cpu_after["broker"] - cpu_before["broker"]) * 1e6 / rows, 2
             ),
@@ -319,13 +332,18 @@ def _batch_runs(session: _Session, args: argparse.Namespace, sinks: list[Sink]) 
     if args.baseline:
         by_name[BASELINE] = None
     names = list(by_name)
-    for sink in sinks:  # warm-up: JIT, Python workers, producer pools
-        topic = f"warmup-{sink.name}-{uuid.uuid4().hex[:6]}"
-        kafka.create_topic(topic, 6)
-        time.sleep(TOPIC_SETTLE_S)
-        write(session.spark, sink, kafka.bootstrap_servers, topic, args.warmup_rows, 100)
+    workloads = args.workloads.split(",")
+    # warm-up: JIT, Python workers, producer pools; keyed rows too if a workload has keys
+    keys = dict.fromkeys(["", *(WORKLOADS[w].key for w in workloads)])
+    for sink in sinks:
+        for key in keys:
+            topic = f"warmup-{sink.name}-{uuid.uuid4().hex[:6]}"
+            kafka.create_topic(topic, 6)
+            time.sleep(TOPIC_SETTLE_S)
+            warmup = Workload(args.warmup_rows, 100, key)
+            write(session.spark, sink, kafka.bootstrap_servers, topic, warmup, args.warmup_rows)
     runs: list[dict[str, Any]] = []
-    for workload in args.workloads.split(","):
+    for workload in workloads:
         topics = {
             (rep, name): f"bench-{workload}-{name}-{rep}-{uuid.uuid4().hex[:6]}"
             for rep in range(args.reps)
@@ -347,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     sinks = _sinks(parser, args)
+    for workload in args.workloads.split(","):
+        if workload not in WORKLOADS:
+            parser.error(f"--workloads: no workload {workload!r} (have {', '.join(WORKLOADS)})")
     by_name = {sink.name: sink for sink in sinks}
     stream_names = [n for n in args.streaming_sinks.split(",") if n] or list(by_name)
     for name in stream_names:
@@ -387,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.scale,
             )
             try:
-                runs = _batch_runs(session, args, sinks)
+                with one_core_busy(args.busy):
+                    runs = _batch_runs(session, args, sinks)
                 for name in stream_names if args.streaming_rate else ():
                     topic = f"bench-stream-{name}-{uuid.uuid4().hex[:6]}"
                     kafka.create_topic(topic, 6)
@@ -419,9 +441,10 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_kafka_sink": SPARK_KAFKA_VERSION,
                 "settings": COMMON,
                 "sinks": [dataclasses.asdict(sink) for sink in sinks],
-                "worker_python": os.environ["PYSPARK_PYTHON"],
+                "worker_python": args.worker_python or "(the driver's)",  # no local path
                 "worker_build": build,
                 "arrow_batch_rows": args.arrow_batch_rows or 10_000,
+                "busy": BUSY if args.busy else "",
                 "runs": runs,
                 "streaming": streams,
                 "table": report,
@@ -431,59 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"results: {out}")
     return 0
-
-
-def summarize(runs: list[dict[str, Any]]) -> str:
-    """Per workload and sink: rows/s min/median/max, the ratio, CPU and requests (medians)."""
-    lines = [
-        "| workload | sink | runs | min rec/s | median rec/s | max rec/s | median ratio "
-        "| CPU s/1M rows: Spark+Python | broker | Produce requests/1M rows "
-        "| batches/request | load 1 min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for workload in dict.fromkeys(r["workload"] for r in runs):
-        mine = [r for r in runs if r["workload"] == workload]
-        sinks = list(dict.fromkeys(r["sink"] for r in mine))
-        medians = {
-            sink: statistics.median(r["rows_per_s"] for r in mine if r["sink"] == sink)
-            for sink in sinks
-        }
-        for sink in sinks:
-            its = [r for r in mine if r["sink"] == sink]
-            rates = [r["rows_per_s"] for r in its]
-            ratio = medians[sink] / medians["kafka"] if "kafka" in medians else float("nan")
-            cpu_spark = statistics.median(r["cpu_s_per_m_spark"] for r in its)
-            cpu_broker = statistics.median(r["cpu_s_per_m_broker"] for r in its)
-            requests = statistics.median(
-                r.get("produce_requests", 0) * 1e6 / r["rows"] for r in its
-            )
-            per_request = statistics.median(
-                r.get("partition_entries", 0) / max(r.get("produce_requests", 0), 1) for r in its
-            )
-            loads = [r["load1_before"] for r in its]
-            build = f" ({its[0]['build']})" if its[0].get("build") else ""
-            lines.append(
-                f"| {workload} | {sink}{build} | {len(rates)} | {min(rates):,} | "
-                f"{statistics.median(rates):,.0f} | {max(rates):,} | {ratio:.2f}x | "
-                f"{cpu_spark:.2f} | {cpu_broker:.2f} | {requests:,.0f} | {per_request:.1f} | "
-                f"{min(loads):.1f}-{max(loads):.1f} |"
-            )
-    return "\n".join(lines)
-
-
-def summarize_streams(streams: list[dict[str, Any]]) -> str:
-    lines = [
-        "| streaming sink | source rows/s | s | steady micro-batches | rows/s while running "
-        "| longest micro-batch ms | in the topic | per s of wall time | load 1 min |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in streams:
-        lines.append(
-            f"| {s['sink']} | {s['rate']:,} | {s['seconds']:.0f} | {s['batches']} | "
-            f"{s['rows_per_s_processed']:,} | {s['max_batch_ms']:,} | {s['written']:,} | "
-            f"{s['written_per_s_wall']:,} | {s['load1']:.1f} |"
-        )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

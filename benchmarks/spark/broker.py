@@ -62,15 +62,17 @@ class BrokerCounters:
         self._connector.close()
 
 
-def _tree_cpu_seconds(root: int) -> float:
-    """User+system CPU seconds of ``root`` and its descendants (from /proc).
+def _tree_cpu_seconds(root: int) -> tuple[float, float]:
+    """User+system CPU seconds of ``root`` itself, and of its descendants (from /proc).
 
     Each live process counts its own time and that of the children it has reaped (so a
-    Python worker that exited still counts, in the daemon that reaped it).
+    Python worker that exited still counts, in the daemon that reaped it); ``root``'s own
+    figure leaves out the children it reaped.
     """
     ticks = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
+    own = 0.0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -81,6 +83,8 @@ def _tree_cpu_seconds(root: int) -> float:
             continue
         parents[int(entry)] = int(fields[1])
         cpu[int(entry)] = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+        if int(entry) == root:
+            own = sum(int(fields[i]) for i in (11, 12)) / ticks
     total = 0.0
     for pid, seconds in cpu.items():
         p = pid
@@ -89,12 +93,19 @@ def _tree_cpu_seconds(root: int) -> float:
                 total += seconds
                 break
             p = parents.get(p, 0)
-    return total
+    return own, total - own
 
 
 def cpu_snapshot(spark_pid: int, broker_pid: int | None) -> dict[str, float]:
-    """CPU seconds so far of Spark (JVM, Python daemon and workers) and of the broker."""
+    """CPU seconds so far of Spark (its JVM; its Python daemon and workers) and the broker.
+
+    A Python worker that exits while /proc is read can be counted twice (alive, and in the
+    parent that reaped it meanwhile): of two reads in a row, the smaller is kept.
+    """
+    jvm, python = min(_tree_cpu_seconds(spark_pid), _tree_cpu_seconds(spark_pid), key=sum)
     return {
-        "spark": _tree_cpu_seconds(spark_pid),
-        "broker": _tree_cpu_seconds(broker_pid) if broker_pid else 0.0,
+        "spark": jvm + python,
+        "jvm": jvm,
+        "python": python,
+        "broker": sum(_tree_cpu_seconds(broker_pid)) if broker_pid else 0.0,
     }

@@ -90,3 +90,23 @@ def test_keyed_partitions_match_the_java_client(tmp_path: Path) -> None:
     assert mismatches == []
     # The comparison is not vacuous: Java spread the keys over most partitions.
     assert len({row[1 + PARTITION_COUNTS.index(1000)] for row in java_rows}) > 600
+
+
+def test_the_spark_writers_column_partitions_match_the_java_client(tmp_path: Path) -> None:
+    """``aiokprod/spark/keyed.py`` hashes a whole Arrow key column at once, with numpy."""
+    pa = pytest.importorskip("pyarrow")
+    from aiokprod.spark import keyed
+
+    keys = sample_keys()
+    keys += [f"k{i % 10_000}".encode() for i in range(0, 30_000, 7)]  # the benchmark's keys
+    keys += [(i % 100_000).to_bytes(8, "big") for i in range(0, 300_000, 101)]
+    java_rows = run_java(tmp_path, keys)
+    column = pa.array(keys, pa.binary())
+    assert keyed.murmur2(column).tolist() == [row[0] for row in java_rows]
+    for at, count in enumerate(PARTITION_COUNTS, start=1):
+        assert keyed.partitions(column, count).tolist() == [row[at] for row in java_rows]
+    # a string column as Spark hands it over, viewed as binary (its UTF-8 bytes)
+    six = {k: row[PARTITION_COUNTS.index(6) + 1] for k, row in zip(keys, java_rows, strict=True)}
+    texts = [k.decode() for k in keys if k.isascii()] + ["ключ-ü-🙂"]
+    as_binary = pa.array(texts, pa.string()).view(pa.binary())
+    assert keyed.partitions(as_binary, 6).tolist() == [six[t.encode()] for t in texts]

@@ -288,9 +288,9 @@ def test_long_runs_many_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     plans = []
     encode = ArrowValues.encode_batches
 
-    def counted(self: Any, start: int, size_limit: int, max_value_size: int) -> Any:
+    def counted(self: Any, start: int, *args: Any) -> Any:
         plans.append(start)
-        return encode(self, start, size_limit, max_value_size)
+        return encode(self, start, *args)
 
     monkeypatch.setattr(ArrowValues, "encode_batches", counted)
     rng = random.Random(5)
