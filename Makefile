@@ -142,9 +142,9 @@ model-check: $(STAMP)
 ##                    10,000 Spark partitions (~1 hour here)
 test-spark-stalls: $(STAMP)
 	AIOKPROD_SPARK_CHAOS=long AIOKPROD_STALL_RUNS=20 $(PY) -m pytest -s -p no:cacheprovider \
-		tests/integration/test_spark_no_open_transaction.py -k "holds_nobody_back" \
-		"tests/integration/test_spark_exactly_once.py::test_ten_thousand_partitions_in_one_job" \
-		$(PYTEST_ARGS)
+		tests/integration/test_spark_no_open_transaction.py -k "holds_nobody_back" $(PYTEST_ARGS)
+	AIOKPROD_SPARK_CHAOS=long $(PY) -m pytest -s -p no:cacheprovider $(PYTEST_ARGS) \
+		"tests/integration/test_spark_exactly_once.py::test_ten_thousand_partitions_in_one_job"
 
 ## simulate: the deterministic simulation of the producer under faults (docs/simulation.md);
 ##           SEEDS=N seeds from START=S (default 10000 from 0); replay one: SEED=X
