@@ -63,13 +63,21 @@ def spark() -> Iterator[SparkSession]:
 
 
 def start_stream(
-    spark: SparkSession, bootstrap: str, topic: str, prefix: str, checkpoint: Path, rows: int
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    prefix: str,
+    checkpoint: Path,
+    rows: int,
+    row_s: float = 0.0005,
 ) -> Any:
+    """A query of ``rows`` rows a micro-batch in 4 partitions, ``row_s`` seconds a row (the
+    default: a micro-batch takes a second or two, so that a stop lands inside one)."""
     from pyspark.sql.functions import udf
 
     @udf("string", useArrow=False)
     def slowly(i: int) -> str:
-        time.sleep(0.0005)  # a micro-batch takes a second or two: a stop lands inside one
+        time.sleep(row_s)
         return str(i)
 
     return (
@@ -103,9 +111,19 @@ def test_a_second_writer_on_a_prefix_in_use_fails_before_writing(
 ) -> None:
     topic, other = new_topic(partitions=4), new_topic(partitions=1)
     prefix = f"shared-{uuid.uuid4().hex[:8]}"
-    query = start_stream(spark, kafka.bootstrap_servers, topic, prefix, tmp_path / "q", 400)
+    # What the check promises to catch: a planning while the other run is open and its tasks
+    # go on beginning transactions. Long micro-batches in two waves (4 tasks of ~3 s on 2
+    # cores): the second job plans while the first wave writes, and within its 5-s watch the
+    # second wave begins (or, late on a busy machine, the next micro-batch's run opens). A
+    # planning between two micro-batches takes the prefix over instead (docs/spark.md,
+    # "Limits"), which short micro-batches would make a matter of timing.
+    query = start_stream(
+        spark, kafka.bootstrap_servers, topic, prefix, tmp_path / "q", 6000, row_s=0.002
+    )
     try:
-        wait_for(lambda: len(query.recentProgress) >= 2, 120, "two micro-batches")
+        wait_for(lambda: len(query.recentProgress) >= 1, 180, "a first micro-batch")
+        # the next micro-batch's first wave is writing: its run is open
+        wait_for(lambda: held_back(kafka.bootstrap_servers, topic, 4), 120, "a write under way")
         df = spark.range(100, numPartitions=1).selectExpr("cast(id AS string) AS value")
         with pytest.raises(PySparkException, match=r"transactionalIdPrefix .* is in use"):
             (
@@ -118,7 +136,7 @@ def test_a_second_writer_on_a_prefix_in_use_fails_before_writing(
                 .save()
             )
         done = len(query.recentProgress)
-        wait_for(lambda: len(query.recentProgress) >= done + 2, 120, "the query going on")
+        wait_for(lambda: len(query.recentProgress) >= done + 2, 240, "the query going on")
         assert query.exception() is None
     finally:
         query.stop()
