@@ -67,6 +67,7 @@ def _aiokprod(bootstrap: str, topic: str, batches: list[Any]) -> dict[str, Any]:
         "summary": result.summary(),
         "client_user_s": after.ru_utime - before.ru_utime,
         "client_sys_s": after.ru_stime - before.ru_stime,
+        "client_faults": after.ru_minflt - before.ru_minflt,
         "requests": seen.get("request-total", 0.0),
     }
 
@@ -97,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000, help="rows per Arrow batch")
     parser.add_argument("--warmup-rows", type=int, default=300_000)
     parser.add_argument("--java", action="store_true", help="also run the Java perf tool")
+    parser.add_argument(
+        "--keys", default="none", choices=("none", "string", "binary"), help="a key column"
+    )
     args = parser.parse_args(argv)
 
     from aiokprod.testing import LocalKafka
 
-    batches = arrow_batches(args.rows, args.size, args.batch_rows)
-    warmup = arrow_batches(args.warmup_rows, args.size, args.batch_rows)
+    batches = arrow_batches(args.rows, args.size, args.batch_rows, args.keys)
+    warmup = arrow_batches(args.warmup_rows, args.size, args.batch_rows, args.keys)
     clients = ("aiokprod", "java") if args.java else ("aiokprod",)
     with tempfile.TemporaryDirectory(prefix="aiokprod-writer-bench-") as tmp:
         payload = Path(tmp) / "payload.txt"
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                     if client == "aiokprod":
                         line += (
                             f"; client CPU s/1M user {run['client_user_s'] * per_m:.2f} "
-                            f"sys {run['client_sys_s'] * per_m:.2f}"
+                            f"sys {run['client_sys_s'] * per_m:.2f}, "
+                            f"{run['client_faults'] * per_m:,.0f} page faults/1M"
                         )
                     print(f"{line}; load {os.getloadavg()[0]:.1f}; {run['summary']}", flush=True)
     return 0
