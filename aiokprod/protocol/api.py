@@ -66,10 +66,10 @@ from aiokprod.protocol.messages.txn_admin import (
 )
 from aiokprod.protocol.metadata_fast import MetadataResponseBody, keep_metadata_body
 from aiokprod.protocol.primitives import Reader
-from aiokprod.protocol.produce_fast import Piece, decode_produce_body, produce_body_parts
+from aiokprod.protocol.produce_fast import decode_produce_body, encode_produce_body
 from aiokprod.protocol.schema import Struct
 
-BodyEncoder = Callable[[Any, int, list[Piece]], None]
+BodyEncoder = Callable[[Any, int, bytearray], None]
 BodyDecoder = Callable[[Reader, int], Struct | None]
 
 
@@ -85,8 +85,7 @@ class ApiSpec:
     max_version: int
     #: First flexible (KIP-482) version; None if no supported version is flexible.
     flexible_from: int | None
-    #: A hand-written body encoder used instead of the declarative codec (hot messages): it
-    #: appends the body's pieces to a list, which the framing joins in one copy.
+    #: A hand-written body encoder used instead of the declarative codec (hot messages).
     encode_body: BodyEncoder | None = None
     #: A hand-written body decoder; it may return None to leave a body to the generic codec.
     decode_body: BodyDecoder | None = None
@@ -116,7 +115,7 @@ PRODUCE = ApiSpec(
     3,
     12,
     9,
-    encode_body=produce_body_parts,
+    encode_body=encode_produce_body,
     decode_body=decode_produce_body,
 )
 METADATA = ApiSpec(3, "Metadata", MetadataRequest, MetadataResponse, 4, 13, 9)

@@ -30,7 +30,6 @@ from aiokprod.protocol.api import (
 )
 from aiokprod.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from aiokprod.protocol.primitives import INT32, Reader, write_string
-from aiokprod.protocol.produce_fast import Piece
 from aiokprod.protocol.schema import Struct, decode_struct, encode_struct
 
 #: Java keeps the top of the int32 range for SASL-phase requests; ordinary ids stay below.
@@ -119,9 +118,7 @@ def _encode_frame(
     if flexible:
         out.append(0)  # empty tagged-field buffer
     if api.encode_body is not None:
-        parts: list[Piece] = [out]
-        api.encode_body(body, version, parts)
-        out = bytearray().join(parts)  # one allocation of the exact size, one copy
+        api.encode_body(body, version, out)
     else:
         encode_struct(body, version, flexible, out)
     INT32.pack_into(out, 0, len(out) - 4)

@@ -16,8 +16,8 @@ from aiokprod.protocol.messages.produce import (
 from aiokprod.protocol.primitives import Reader
 from aiokprod.protocol.produce_fast import (
     decode_produce_body,
+    encode_produce_body,
     partition_data,
-    produce_body_parts,
     produce_request,
 )
 from aiokprod.protocol.schema import decode_struct, encode_struct
@@ -35,9 +35,9 @@ def test_request_bytes_match_the_generic_codec(version: int, data: st.DataObject
     request = data.draw(struct_strategy(ProduceRequest, version, flexible))
     generic = bytearray()
     encode_struct(request, version, flexible, generic)
-    parts: list[bytes | bytearray | memoryview] = []
-    produce_body_parts(request, version, parts)
-    assert b"".join(parts) == generic
+    fast = bytearray()
+    encode_produce_body(request, version, fast)
+    assert fast == generic
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -63,7 +63,7 @@ def test_response_decodes_like_the_generic_codec(version: int, data: st.DataObje
 
 def test_out_of_range_fields_raise_value_error() -> None:
     with pytest.raises(ValueError, match="ProduceRequest"):
-        produce_body_parts(ProduceRequest(acks=70000, timeout_ms=1), 9, [])
+        encode_produce_body(ProduceRequest(acks=70000, timeout_ms=1), 9, bytearray())
 
 
 @pytest.mark.parametrize("transactional_id", [None, "txn"])
