@@ -57,7 +57,7 @@ def write_dataframe(
     transactional_id_prefix: str | None = None,
     **options: Any,
 ) -> dict[int, int]:
-    """Write every row of ``df`` to Kafka; one producer per Spark partition.
+    """Write every row of ``df`` to Kafka; one producer per Python worker (at-least-once).
 
     Args:
         df: a DataFrame with a ``value`` column and optionally ``key``, ``topic``,
@@ -65,8 +65,8 @@ def write_dataframe(
         bootstrap_servers: ``"host:port"``, a comma-separated list, or a list of them.
         topic: the topic of every row. Required when ``df`` has no ``topic`` column; when
             both are present this wins, as with Spark's ``topic`` option.
-        close_timeout: seconds each partition's producer waits, when closing, for records
-            not yet acknowledged; None waits (bounded by ``delivery_timeout_ms``).
+        close_timeout: seconds each partition waits, at its end, for records not yet
+            acknowledged; None waits (bounded by ``delivery_timeout_ms``).
         delivery_guarantee: ``"at-least-once"`` (the default) or ``"exactly-once"``: every
             partition writes in a transaction that the driver commits once all succeeded, so
             read_committed consumers see all rows once or none (docs/spark.md, "Exactly-once");
@@ -114,7 +114,12 @@ def write_dataframe(
         run = committer.open_run()
     eos = None if prefix is None else ExactlyOnceConfig(prefix, streaming=False, run=run)
     writer = PartitionWriter(
-        bootstrap_servers, shipped, topic, close_timeout=close_timeout, exactly_once=eos
+        bootstrap_servers,
+        shipped,
+        topic,
+        close_timeout=close_timeout,
+        exactly_once=eos,
+        keep_producer=True,
     )
     by_name = {f.name.lower(): f.name for f in df.schema.fields}
     selected = df.select(*(by_name[c] for c in columns))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from aiokprod.producer import Producer
 
-__all__ = ["close_producer", "send_all", "send_batch"]
+__all__ = ["close_producer", "flush_producer", "send_all", "send_batch"]
 
 
 async def send_all(
@@ -53,6 +53,14 @@ async def close_producer(producer: Producer, tally: Tally, timeout: float | None
     """Close (delivering or failing what was accepted); a failure to close is counted."""
     try:
         await producer.close(timeout)
+    except Exception as exc:
+        tally.fail(0, exc)
+
+
+async def flush_producer(producer: Producer, tally: Tally, timeout: float | None) -> None:
+    """Wait until everything sent is acknowledged or failed; not in time is counted."""
+    try:
+        await producer.flush(timeout)
     except Exception as exc:
         tally.fail(0, exc)
 

@@ -94,7 +94,9 @@ class AiokprodDataSource(DataSource):
         check_schema(schema, sink.topic)
         prefix = sink.transactional_id_prefix
         if prefix is None:
-            writer = PartitionWriter(sink.bootstrap_servers, sink.producer_options, sink.topic)
+            writer = PartitionWriter(
+                sink.bootstrap_servers, sink.producer_options, sink.topic, keep_producer=True
+            )
             return writer, None
         options = transaction_options(sink.producer_options, streaming)
         committer = Committer(sink.bootstrap_servers, driver_options(options), prefix, streaming)
