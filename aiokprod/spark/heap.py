@@ -13,14 +13,17 @@ long-lived objects created at start-up), so that later collections visit only wh
 tasks create. It runs once per worker process, and only inside a Spark task: a process
 that merely calls the writer (a test, a script) keeps its collector as it was. Cost: an
 object alive at that point that later becomes unreachable inside a reference cycle is
-never freed; what a worker holds then is its imported modules and pyspark's own state.
+never freed; what a worker holds then is its imported modules, pyspark's own state and the
+producer it keeps for its tasks (:mod:`aiokprod.spark.kept_producer`). When that producer
+is dropped, :func:`thaw` gives the frozen objects back to the collector (its cycles are
+freed by the next collection) and the next task freezes again.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["freeze_after_first_task"]
+__all__ = ["freeze_after_first_task", "thaw"]
 
 _frozen = False
 
@@ -44,3 +47,11 @@ def freeze_after_first_task() -> bool:
     gc.collect()
     gc.freeze()
     return True
+
+
+def thaw() -> None:
+    """Unfreeze what :func:`freeze_after_first_task` froze; the next task freezes again."""
+    global _frozen
+    if _frozen:
+        _frozen = False
+        gc.unfreeze()

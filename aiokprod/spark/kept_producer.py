@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from aiokprod.spark.heap import thaw
+
 if TYPE_CHECKING:
     from aiokprod.producer import Producer
 
@@ -135,6 +137,7 @@ def _close(slot: KeptSlot) -> None:
                 runner.run(producer.close(0))
     finally:
         runner.close()  # cancels what is left on the loop, then closes it
+        thaw()  # a frozen heap holds the dropped producer: its cycles would never be freed
 
 
 def _forget_in_child() -> None:

@@ -5,7 +5,10 @@ Arrow batches built in this process and reports, per million records, the CPU se
 process (the producer) and the broker spent, and the producer's Produce request count. With
 ``--java`` Apache Kafka's own perf tool (``ProducerPerformance``, the Java client Spark's sink
 uses) writes the same number of records to the same broker, interleaved, so the broker's CPU
-per record can be compared between the two clients. Settings as ``benchmarks.spark``:
+per record can be compared between the two clients. ``--tasks N`` splits the rows into N
+tasks (writes) one after another, each with its own producer as before issue 37, or with
+``--keep`` with the producer a Spark worker keeps for its tasks
+(:mod:`aiokprod.spark.kept_producer`). Settings as ``benchmarks.spark``:
 acks=all, idempotence on, linger 5 ms, batch 16 KiB; a fresh 6-partition topic per run,
 created before the first run.
 
@@ -40,35 +43,52 @@ def _cpu(pid: int) -> tuple[float, float]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
-def _aiokprod(bootstrap: str, topic: str, batches: list[Any]) -> dict[str, Any]:
+def _aiokprod(
+    bootstrap: str, topic: str, batches: list[Any], tasks: int = 1, keep: bool = False
+) -> dict[str, Any]:
+    """The batches as ``tasks`` tasks (``PartitionWriter.write`` calls) one after another."""
     from aiokprod.lifecycle import ProducerLifecycle
     from aiokprod.producer import Producer
+    from aiokprod.spark import kept_producer
     from aiokprod.spark.partition_writer import PartitionWriter
 
-    seen: dict[str, float] = {}
-    close = Producer.close
+    seen: dict[int, float] = {}  # request-total per producer, at its last flush
+    flush, close = Producer.flush, Producer.close
+    kept = kept_producer._slot.producer  # a producer kept from the previous run
+    start = {} if kept is None else {id(kept): kept.metrics()["request-total"]}
+
+    async def flush_and_count(self: Producer, timeout: float | None = None) -> None:
+        await flush(self, timeout)
+        seen[id(self)] = self.metrics()["request-total"]
 
     # close()'s own signature (ProducerLifecycle.close); installed on Producer only, below
     async def close_and_count(self: ProducerLifecycle, timeout: float | None = None) -> None:
         assert isinstance(self, Producer)
         await self.flush()
-        seen.update(self.metrics())
         await close(self, timeout)
 
+    each = -(-len(batches) // tasks)
+    results = []
     before = resource.getrusage(resource.RUSAGE_SELF)
+    Producer.flush = flush_and_count  # type: ignore[method-assign]
     Producer.close = close_and_count  # type: ignore[method-assign]
     try:
-        result = PartitionWriter(bootstrap, SETTINGS, topic).write(0, batches)
+        writer = PartitionWriter(bootstrap, SETTINGS, topic, keep_producer=keep)
+        for task in range(tasks):
+            results.append(writer.write(task, batches[task * each : (task + 1) * each]))
     finally:
-        Producer.close = close  # type: ignore[method-assign]
+        Producer.flush, Producer.close = flush, close  # type: ignore[method-assign]
     after = resource.getrusage(resource.RUSAGE_SELF)
+    delivered, rows = sum(r.delivered for r in results), sum(r.rows for r in results)
     return {
-        "ok": result.ok,
-        "summary": result.summary(),
+        "ok": all(r.ok for r in results),
+        "summary": results[0].summary()
+        if tasks == 1
+        else f"{tasks} tasks{' (kept producer)' if keep else ''}: {delivered} of {rows} delivered",
         "client_user_s": after.ru_utime - before.ru_utime,
         "client_sys_s": after.ru_stime - before.ru_stime,
         "client_faults": after.ru_minflt - before.ru_minflt,
-        "requests": seen.get("request-total", 0.0),
+        "requests": sum(v - start.get(k, 0.0) for k, v in seen.items()),
     }
 
 
@@ -100,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--java", action="store_true", help="also run the Java perf tool")
     parser.add_argument(
         "--keys", default="none", choices=("none", "string", "binary"), help="a key column"
+    )
+    parser.add_argument("--tasks", type=int, default=1, help="tasks the rows are split into")
+    parser.add_argument(
+        "--keep", action="store_true", help="the tasks use the kept producer (as in Spark)"
     )
     args = parser.parse_args(argv)
 
@@ -134,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                         run = _java(kafka, topic, rows, payload)
                     else:
                         run = _aiokprod(
-                            kafka.bootstrap_servers, topic, warmup if rep < 0 else batches
+                            kafka.bootstrap_servers,
+                            topic,
+                            warmup if rep < 0 else batches,
+                            args.tasks,
+                            args.keep,
                         )
                     seconds = time.perf_counter() - started
                     user, system = (a - b for a, b in zip(_cpu(broker), broker_before, strict=True))
@@ -154,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"{run['client_faults'] * per_m:,.0f} page faults/1M"
                         )
                     print(f"{line}; load {os.getloadavg()[0]:.1f}; {run['summary']}", flush=True)
+            if args.keep:
+                from aiokprod.spark.kept_producer import drop_kept
+
+                drop_kept()  # before the broker stops
     return 0
 
 

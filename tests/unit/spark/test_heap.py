@@ -29,3 +29,18 @@ def test_inside_a_task_once(monkeypatch: pytest.MonkeyPatch) -> None:
         assert heap.freeze_after_first_task() is False  # once per process
     finally:
         gc.unfreeze()  # give this test process its collector back
+
+
+def test_thaw_gives_the_frozen_heap_back_and_the_next_task_freezes_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pyspark = pytest.importorskip("pyspark")
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: object()))
+    monkeypatch.setattr(heap, "_frozen", False)
+    try:
+        assert heap.freeze_after_first_task() is True
+        heap.thaw()
+        assert gc.get_freeze_count() == 0
+        assert heap.freeze_after_first_task() is True  # frozen again after the next task
+    finally:
+        gc.unfreeze()

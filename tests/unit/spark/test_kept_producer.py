@@ -168,3 +168,19 @@ def test_a_forked_child_forgets_the_parents_producer_without_closing_it() -> Non
     assert os.waitstatus_to_exitcode(status) == 0
     assert first[0].closes == []
     assert run_kept("k", keep, now_s=0.0) == (first[0],)
+
+
+def test_dropping_the_producer_thaws_a_frozen_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from aiokprod.spark import heap
+
+    assert run_kept("k", keep, now_s=0.0) is not None
+    monkeypatch.setattr(heap, "_frozen", True)
+    gc.freeze()  # as a Spark worker's heap after its first task, the producer in it
+    try:
+        assert run_kept("k", drop, now_s=0.0) is not None
+        assert gc.get_freeze_count() == 0
+        assert heap._frozen is False
+    finally:
+        gc.unfreeze()
