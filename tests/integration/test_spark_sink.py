@@ -179,6 +179,40 @@ def test_a_missing_topic_fails_the_job_with_a_clear_message(
     assert missing in message
 
 
+def test_a_worker_keeps_its_producer_for_its_next_tasks(
+    spark: SparkSession, kafka: LocalKafka, new_topic
+) -> None:
+    """spark/kept_producer.py: at-least-once, a Python worker's tasks share one producer,
+    which stays (connected) after a job for the worker's next one."""
+
+    def kept_state(batches: Iterator[Any]) -> Iterator[Any]:  # local: pickled by value
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        module = sys.modules.get("aiokprod.spark.kept_producer")
+        producer = None if module is None else module._slot.producer
+        client = None if producer is None else producer._config.client_id
+        yield pa.RecordBatch.from_pylist([{"pid": os.getpid(), "client": client}])
+
+    topic = new_topic(partitions=3)
+    for job in range(2):
+        df = spark.range(job * 4000, (job + 1) * 4000, numPartitions=4).selectExpr(
+            "cast(id AS string) AS value", "cast(id % 7 AS string) AS key"
+        )
+        to_kafka(df, kafka.bootstrap_servers, topic=topic)
+    probed = spark.range(4, numPartitions=4).mapInArrow(kept_state, "pid long, client string")
+    workers = {row.pid: row.client for row in probed.collect()}
+    kept = {pid: client for pid, client in workers.items() if client is not None}
+    assert kept  # the probe ran in a worker that ran the sink (one pool of workers)
+    assert all(client == f"aiokprod-spark-worker-{pid}" for pid, client in kept.items())
+    records = consume_all(kafka.bootstrap_servers, topic, expected=8000, timeout_s=60)
+    assert sorted(int(r.value) for r in records) == list(range(8000))
+
+
 def test_a_retried_task_sends_its_partition_again(
     spark: SparkSession, kafka: LocalKafka, new_topic
 ) -> None:
