@@ -128,7 +128,7 @@ class PartitionWriter:
         try:
             await send_all(producer, self.topic, read_ahead(batches), tally)
             if slot.producer is not None:
-                waited = True  # a flush that timed out: close without waiting again
+                waited = True  # from here a close does not wait again: the flush did
                 await flush_producer(producer, tally, self.close_timeout)
                 tally.collect()
         finally:

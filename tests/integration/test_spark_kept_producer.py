@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from readback import consume_all
@@ -72,7 +73,7 @@ def test_tasks_share_the_kept_producer_and_every_row_arrives(kafka: LocalKafka, 
     )
     assert got == want
     # each key on one partition, in the order written, across both tasks
-    by_key: dict[bytes, list] = {}
+    by_key: dict[bytes, list[Any]] = {}
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
         by_key.setdefault(r.key, []).append(r)
     for rows in by_key.values():
