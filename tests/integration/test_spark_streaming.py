@@ -134,9 +134,15 @@ def test_a_query_survives_a_broker_restart(
         assert query.exception() is None
     finally:
         query.stop()
-    values = read_values(broker.bootstrap_servers, topic, before + 150)
-    assert set(values) == set(range(max(values) + 1))  # nothing lost across the restart
-    assert max(values) + 1 >= before + 150
+    committed = committed_rows(query)  # the rows of the completed micro-batches: 0..committed-1
+    values = read_values(broker.bootstrap_servers, topic, committed)
+    # Nothing committed is lost across the restart. Rows past them belong to the epoch stop()
+    # interrupted: one of its two tasks may have written its rows and the other not (seen:
+    # that epoch's odd values and not its even ones); it was not committed, a restart would
+    # write it again (at-least-once), as in the test above.
+    missing = sorted(set(range(committed)) - set(values))
+    assert missing == [], f"committed rows missing: {missing[:20]} ({len(missing)})"
+    assert committed >= before + 150
 
 
 def test_the_streaming_example(spark: SparkSession, broker: LocalKafka, tmp_path: Path) -> None:
