@@ -62,6 +62,9 @@ from benchmarks.spark.workloads import DEFAULT, WORKLOADS, Workload
 COMMON = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "batch.size": "16384"}
 SINKS = ("kafka", "aiokprod")
 BASELINE = "arrow-floor"
+#: The other baseline: Spark computes the rows and its ``noop`` format drops them.
+NOOP = "spark-noop"
+BASELINES = (BASELINE, NOOP)
 STREAM_VALUE_BYTES = 100
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 TOPIC_SETTLE_S = 3.0
@@ -112,10 +115,20 @@ class Sink:
 
 
 def write(
-    spark: Any, sink: Sink | None, bootstrap: str, topic: str, workload: Workload, rows: int
+    spark: Any,
+    sink: Sink | None,
+    bootstrap: str,
+    topic: str,
+    workload: Workload,
+    rows: int,
+    baseline: str = BASELINE,
 ) -> float:
-    """One batch write of ``rows`` rows of ``workload``; its seconds (None: arrow-floor)."""
+    """One batch write of ``rows`` rows of ``workload``; its seconds (None: ``baseline``)."""
     df = workload.dataframe(spark, rows)
+    if sink is None and baseline == NOOP:  # computing the rows, and nothing else
+        started = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - started
     if sink is None:  # arrow-floor: what any Python sink pays before producing anything
         started = time.perf_counter()
         df.mapInArrow(_count_batches, "rows long").collect()
@@ -221,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--baseline",
         action="store_true",
-        help="also run arrow-floor: Spark hands the Arrow batches to Python, nothing is sent",
+        help="also run arrow-floor (Spark hands the Arrow batches to Python, nothing is sent) "
+        "and spark-noop (Spark computes the rows and drops them: the cost of the rows alone)",
     )
     parser.add_argument(
         "--worker-python",
@@ -274,7 +288,7 @@ class _Session:
         load_before = os.getloadavg()[0]
         requests_before = self.counters.snapshot()
         cpu_before = cpu_snapshot(self.spark_pid, self.broker_pid)
-        seconds = write(self.spark, sink, bootstrap, topic, WORKLOADS[workload], rows)
+        seconds = write(self.spark, sink, bootstrap, topic, WORKLOADS[workload], rows, name)
         cpu_after = cpu_snapshot(self.spark_pid, self.broker_pid)
         requests_after = self.counters.snapshot()
         count = rows if sink is None else high_watermarks(bootstrap, topic)
@@ -330,7 +344,7 @@ def _batch_runs(session: _Session, args: argparse.Namespace, sinks: list[Sink]) 
     kafka = session.kafka
     by_name: dict[str, Sink | None] = {sink.name: sink for sink in sinks}
     if args.baseline:
-        by_name[BASELINE] = None
+        by_name.update(dict.fromkeys(BASELINES))
     names = list(by_name)
     workloads = args.workloads.split(",")
     # warm-up: JIT, Python workers, producer pools; keyed rows too if a workload has keys
@@ -350,7 +364,7 @@ def _batch_runs(session: _Session, args: argparse.Namespace, sinks: list[Sink]) 
             for name in names
         }
         for (_, name), topic in topics.items():
-            if name != BASELINE:
+            if name not in BASELINES:
                 kafka.create_topic(topic, 6)
         time.sleep(TOPIC_SETTLE_S)
         for rep in range(args.reps):
