@@ -16,12 +16,17 @@ it calls a private function and asserts nothing.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import aiokprod.compiled
 from aiokprod.protocol.api import PRODUCE
 from aiokprod.protocol.connection import _encode_frame
 from aiokprod.protocol.produce_fast import partition_data, produce_request
+
+if not __package__:  # run as a path with -P: the checkout last, after the installed aiokprod
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+from benchmarks.cpu_timer import best_cpu_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     request = produce_request(None, -1, 30_000, {"topic": parts})
     for _ in range(200):  # warm
         _encode_frame(PRODUCE, args.version, 1, b"bench", request)
-    best = float("inf")
-    for _ in range(args.rounds):
-        started = time.process_time()
-        for _ in range(args.calls):
-            _encode_frame(PRODUCE, args.version, 1, b"bench", request)
-        best = min(best, (time.process_time() - started) / args.calls)
+    best = best_cpu_s(
+        lambda: _encode_frame(PRODUCE, args.version, 1, b"bench", request), args.rounds, args.calls
+    )
     compiled = len(aiokprod.compiled.compiled_modules())
     build = f"compiled build, {compiled} modules" if compiled else "pure build"
     print(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,20 +30,14 @@ from aiokprod.spark.encoder import ArrowValues
 
 if not __package__:  # run as a path with -P: the checkout last, after the installed aiokprod
     sys.path.append(str(Path(__file__).resolve().parents[2]))
+from benchmarks.cpu_timer import best_cpu_s
 from benchmarks.spark.append import arrow_batches
 
 ROWS = 10_000
 
 
 def _per_row_ns(step: Callable[[], Any], rounds: int, calls: int = 200) -> float:
-    step()
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.process_time()
-        for _ in range(calls):
-            step()
-        best = min(best, (time.process_time() - started) / calls)
-    return best / ROWS * 1e9
+    return best_cpu_s(step, rounds, calls) / ROWS * 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
