@@ -49,6 +49,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +126,15 @@ def write(
 ) -> float:
     """One batch write of ``rows`` rows of ``workload``; its seconds (None: ``baseline``)."""
     df = workload.dataframe(spark, rows)
-    if sink is None and baseline == NOOP:  # computing the rows, and nothing else
-        started = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - started
-    if sink is None:  # arrow-floor: what any Python sink pays before producing anything
-        started = time.perf_counter()
-        df.mapInArrow(_count_batches, "rows long").collect()
-        return time.perf_counter() - started
-    writer = sink.writer(df.write, bootstrap, topic)
+    run: Callable[[], Any]
+    if sink is not None:
+        run = sink.writer(df.write, bootstrap, topic).mode("append").save
+    elif baseline == NOOP:  # computing the rows, and nothing else
+        run = df.write.format("noop").mode("overwrite").save
+    else:  # arrow-floor: what any Python sink pays before producing anything
+        run = df.mapInArrow(_count_batches, "rows long").collect
     started = time.perf_counter()
-    writer.mode("append").save()
+    run()
     return time.perf_counter() - started
 
 
